@@ -1,0 +1,1 @@
+"""Subcommands of the ``skillduet`` console script, one module each."""

@@ -1,0 +1,134 @@
+"""Per-token log-probs of given response tokens under given contexts, batched for a causal LM.
+
+This is what the OPD teacher pass and Strength scoring call: ``log p(y_i | context, y_<i)`` for every response
+token. Sequences are sorted by length, right-padded and chunked to a token budget; the LM head is applied only
+at response positions and in row slices, so the full ``(batch, seq, vocab)`` log-softmax is never built.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+_HEAD_ROWS = 2048  # response positions per LM-head slice
+
+
+def plan_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Group row indices into chunks whose padded size ``max_len * rows`` fits ``token_budget``.
+
+    Rows are taken longest first, so padding inside a chunk is small. A row longer than the budget gets a
+    chunk of its own.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    current_max = 0
+    for i in order:
+        new_max = max(current_max, lengths[i])
+        if current and new_max * (len(current) + 1) > token_budget:
+            chunks.append(current)
+            current, new_max = [], lengths[i]
+        current.append(i)
+        current_max = new_max
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _split_model(model: torch.nn.Module):
+    """(decoder, lm_head) when the model exposes them plainly, else None (use full logits)."""
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "final_logit_softcapping", None):
+        return None
+    get_head = getattr(model, "get_output_embeddings", None)
+    decoder = getattr(model, "base_model", None)
+    if get_head is None or decoder is None or decoder is model:
+        return None
+    head = get_head()
+    if head is None or not isinstance(head, torch.nn.Linear):
+        return None
+    return decoder, head
+
+
+def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
+                      responses: Sequence[Sequence[int]], *, token_budget: int = 8192,
+                      pad_token_id: int = 0, temperature: float = 1.0) -> list[torch.Tensor]:
+    """Log-probs of each response's tokens given its context.
+
+    Args:
+        model: a transformers causal LM (or anything returning ``.logits`` from ``model(input_ids,
+            attention_mask)``).
+        contexts: token ids of each prompt (non-empty).
+        responses: token ids of each response; ``responses[i]`` follows ``contexts[i]``.
+        token_budget: max padded tokens per forward.
+        pad_token_id: id used for right padding (masked out by the attention mask).
+        temperature: log-probs are of ``logits / temperature`` (TRL scales this way).
+
+    Returns:
+        A list of float32 tensors, ``result[i]`` of shape ``(len(responses[i]),)``, on the model's device,
+        in input order. Gradients flow if grad mode is on.
+    """
+    if len(contexts) != len(responses):
+        raise ValueError(f"{len(contexts)} contexts but {len(responses)} responses")
+    for i, ctx in enumerate(contexts):
+        if len(ctx) == 0:
+            raise ValueError(f"contexts[{i}] is empty: a response needs at least one context token")
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature!r} must be > 0")
+    device = next(model.parameters()).device
+    lengths = [len(c) + len(r) for c, r in zip(contexts, responses)]
+    results: list[torch.Tensor | None] = [None] * len(contexts)
+    split = _split_model(model)
+    for chunk in plan_chunks(lengths, token_budget):
+        max_len = max(lengths[i] for i in chunk)
+        ids = torch.full((len(chunk), max_len), pad_token_id, dtype=torch.long)
+        attn = torch.zeros((len(chunk), max_len), dtype=torch.long)
+        rows, cols, targets = [], [], []
+        for row, i in enumerate(chunk):
+            seq = list(contexts[i]) + list(responses[i])
+            ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            attn[row, : len(seq)] = 1
+            start = len(contexts[i])
+            for j in range(len(responses[i])):
+                rows.append(row)
+                cols.append(start + j - 1)  # the position whose output predicts response token j
+                targets.append(responses[i][j])
+        ids, attn = ids.to(device), attn.to(device)
+        rows_t = torch.tensor(rows, dtype=torch.long, device=device)
+        cols_t = torch.tensor(cols, dtype=torch.long, device=device)
+        targets_t = torch.tensor(targets, dtype=torch.long, device=device)
+        if split is not None:
+            decoder, head = split
+            hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+            picked = hidden[rows_t, cols_t]
+            pieces = []
+            for k in range(0, picked.shape[0], _HEAD_ROWS):
+                logits = head(picked[k:k + _HEAD_ROWS]).float() / temperature
+                tgt = targets_t[k:k + _HEAD_ROWS]
+                pieces.append(logits.gather(-1, tgt[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1))
+            flat = torch.cat(pieces) if pieces else torch.zeros(0, device=device)
+        else:
+            logits = model(input_ids=ids, attention_mask=attn).logits
+            picked = logits[rows_t, cols_t].float() / temperature
+            flat = picked.gather(-1, targets_t[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
+        offset = 0
+        for i in chunk:
+            n = len(responses[i])
+            results[i] = flat[offset: offset + n]
+            offset += n
+    return [r if r is not None else torch.zeros(0, device=device) for r in results]
+
+
+def pad_logprobs(values: Sequence[torch.Tensor], length: int | None = None,
+                 pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad per-sequence log-prob vectors into ``(batch, length)`` plus a ``(batch, length)`` mask."""
+    length = max((v.shape[0] for v in values), default=0) if length is None else length
+    device = values[0].device if values else torch.device("cpu")
+    out = torch.full((len(values), length), pad_value, dtype=torch.float32, device=device)
+    mask = torch.zeros((len(values), length), dtype=torch.float32, device=device)
+    for i, v in enumerate(values):
+        n = min(v.shape[0], length)
+        out[i, :n] = v[:n].float()
+        mask[i, :n] = 1.0
+    return out, mask

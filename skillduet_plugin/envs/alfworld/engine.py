@@ -1,0 +1,120 @@
+"""The real ALFWorld engine (TextWorld ``PddlEnv`` + ALFWorld's demangler/info wrappers) with per-process caches.
+
+A reset of TextWorld's PDDL engine re-parses the game's grammar (on load) and translates PDDL to SAS twice
+(on every reset); both are pure functions of the game text, so they are memoised here per process. The game
+itself (state, feedback text, admissible commands, goal check) is untouched: observations are the engine's own.
+Planner calls (``policy_commands``) are never requested during play.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterator
+
+_LOCK = threading.RLock()
+_MAX_CACHED_GAMES = 512
+
+
+class _LRU(OrderedDict):
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def get_or_make(self, key: Any, make: Callable[[], Any]) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = make()
+        self[key] = value
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+        return value
+
+
+# Keyed by a digest of the game text; the cached objects are only read by the engine (verified on textworld 1.7:
+# GameLogic gains already-known types idempotently, the translated task is read-only).
+_LOGIC_CACHE = _LRU(_MAX_CACHED_GAMES)
+_SAS_CACHE = _LRU(2 * _MAX_CACHED_GAMES)
+
+
+def _digest(*texts: str) -> str:
+    h = hashlib.sha1()
+    for text in texts:
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _memoised_engine_parsing() -> Iterator[None]:
+    """Route TextWorld's grammar parse and PDDL->SAS translation through the caches, for one call."""
+    import fast_downward
+    import textworld.envs.pddl.logic as pddl_logic
+
+    real_logic, real_pddl2sas = pddl_logic.GameLogic, fast_downward.pddl2sas
+
+    def cached_logic(domain: str, grammar: str):
+        return _LOGIC_CACHE.get_or_make(_digest(domain, grammar), lambda: real_logic(domain=domain, grammar=grammar))
+
+    def cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
+        return _SAS_CACHE.get_or_make((_digest(domain, problem), bool(optimize)),
+                                      lambda: real_pddl2sas(domain, problem, verbose=verbose, optimize=optimize))
+
+    with _LOCK:
+        pddl_logic.GameLogic, fast_downward.pddl2sas = cached_logic, cached_pddl2sas
+        try:
+            yield
+        finally:
+            pddl_logic.GameLogic, fast_downward.pddl2sas = real_logic, real_pddl2sas
+
+
+def request_infos(*, policy_commands: bool = False):
+    """The ``EnvInfos`` the adapter asks for: win flag, score and admissible commands (planner only if asked)."""
+    import textworld
+
+    return textworld.EnvInfos(won=True, admissible_commands=True, score=True, policy_commands=policy_commands,
+                              extras=["gamefile"])
+
+
+class EngineSession:
+    """One TextWorld PDDL engine (its own copy of the planner library), reloaded per game file.
+
+    ``load`` is skipped when the same game is reset again, so a group of rollouts of one task pays the parse once.
+    """
+
+    def __init__(self, *, policy_commands: bool = False) -> None:
+        try:
+            from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+            from textworld.envs.pddl import PddlEnv
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError("the ALFWorld env needs `pip install alfworld==0.4.2` (textworld[pddl], "
+                              f"fast-downward-textworld): {exc}") from exc
+        self._env = AlfredInfos(AlfredDemangler(PddlEnv(request_infos(policy_commands=policy_commands))))
+        self._loaded: str | None = None
+
+    def reset(self, gamefile: str):
+        """Load (if needed) and reset ``gamefile``; returns TextWorld's ``GameState``."""
+        with _memoised_engine_parsing():
+            if self._loaded != gamefile:
+                self._loaded = None
+                self._env.load(gamefile)
+                self._loaded = gamefile
+            return self._env.reset()
+
+    def step(self, command: str):
+        """One engine step; returns ``(GameState, score, done)`` as TextWorld does."""
+        return self._env.step(command)
+
+    def close(self) -> None:
+        self._env.close()
+        self._loaded = None
+
+
+def clear_caches() -> None:
+    """Drop the memoised grammars and translations of this process."""
+    with _LOCK:
+        _LOGIC_CACHE.clear()
+        _SAS_CACHE.clear()

@@ -1,0 +1,1 @@
+"""Analyzer and synthesizer LLM backends behind one small interface."""

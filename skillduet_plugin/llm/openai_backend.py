@@ -1,0 +1,120 @@
+"""OpenAI-compatible chat completions over HTTP: ``vllm serve``, SGLang, or any hosted API.
+
+Uses ``httpx`` directly so every fault maps to exactly one decision: retry (timeout, connection error, 408,
+429, 5xx, malformed or empty reply) or give up (other 4xx). Retries themselves live in :class:`ChatBackend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from typing import Any, Sequence
+
+import httpx
+
+from skillduet_plugin.config import BackendConfig
+from skillduet_plugin.llm.base import ChatBackend, ChatRequest, PermanentError, RetryableError, strip_think
+
+_RETRY_STATUS = frozenset({408, 409, 425, 429})
+
+# The client of the agenerate call being served: tasks spawned by asyncio.gather inherit this context, and
+# concurrent calls on other threads/loops each see their own client.
+_CLIENT: contextvars.ContextVar[httpx.AsyncClient | None] = contextvars.ContextVar("skillduet_http_client",
+                                                                                   default=None)
+
+
+class OpenAIBackend(ChatBackend):
+    """POSTs ``{base_url}/chat/completions`` with ``model``, ``messages``, ``temperature``, ``max_tokens``.
+
+    The API key is read from the environment variable ``config.api_key_env`` (``"EMPTY"`` when unset, which
+    is what local vLLM/SGLang servers accept). A leading ``<think>...</think>`` block is removed from replies.
+    """
+
+    kind = "openai"
+
+    def __init__(self, config: BackendConfig, *, role: str = "analyzer") -> None:
+        super().__init__(config, role=role)
+        self.url = str(config.base_url).rstrip("/") + "/chat/completions"
+
+    def _client(self) -> httpx.AsyncClient:
+        cfg = self.config
+        limit = int(cfg.concurrency)
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(float(cfg.timeout_s)),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            headers={"Authorization": f"Bearer {cfg.api_key}", "Content-Type": "application/json"},
+            trust_env=False,  # a proxy from the environment must not intercept a loopback/cluster server
+        )
+
+    async def agenerate(self, requests: Sequence[ChatRequest]) -> list[str | None]:
+        if _CLIENT.get() is not None:
+            return await super().agenerate(requests)
+        async with self._client() as client:
+            token = _CLIENT.set(client)
+            try:
+                return await super().agenerate(requests)
+            finally:
+                _CLIENT.reset(token)
+
+    def request_body(self, request: ChatRequest) -> dict[str, Any]:
+        cfg = self.config
+        return {"model": cfg.model, "messages": request.messages, "temperature": float(cfg.temperature),
+                "max_tokens": int(cfg.max_tokens)}
+
+    async def _complete(self, request: ChatRequest) -> str:
+        client = _CLIENT.get()
+        if client is None:  # _complete is only reached through agenerate, which sets the client
+            raise PermanentError("no HTTP client: call generate/agenerate")
+        timeout = float(self.config.timeout_s)
+        try:
+            # httpx's timeout is per read; wait_for bounds the whole exchange (a server trickling bytes).
+            response = await asyncio.wait_for(client.post(self.url, json=self.request_body(request)),
+                                              timeout=timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
+            raise RetryableError(f"timeout after {timeout:g}s ({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
+        return parse_chat_response(response)
+
+
+def parse_chat_response(response: httpx.Response) -> str:
+    """The assistant text of a chat-completions reply, or the fault it represents."""
+    status = response.status_code
+    if status in _RETRY_STATUS or status >= 500:
+        raise RetryableError(f"HTTP {status}: {_snippet(response)}", retry_after=_retry_after(response))
+    if status >= 400:
+        raise PermanentError(f"HTTP {status}: {_snippet(response)}")
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        raise RetryableError(f"malformed JSON reply: {_snippet(response)}") from None
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise RetryableError(f"reply has no choices[0].message.content: {_snippet(response)}") from None
+    if not isinstance(content, str) or not content.strip():
+        raise RetryableError("empty content in reply")
+    text = strip_think(content).strip()
+    if not text:
+        raise RetryableError("reply held only a <think> block")
+    return text
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+def _snippet(response: httpx.Response, limit: int = 200) -> str:
+    try:
+        text = response.text
+    except Exception:  # noqa: BLE001 - undecodable body
+        return "<undecodable body>"
+    text = " ".join(text.split())
+    return text[:limit] + ("..." if len(text) > limit else "")

@@ -1,0 +1,1 @@
+"""Framework-free multi-turn episode collection with environment-token masks."""

@@ -1,0 +1,1 @@
+"""The skill lifecycle, framework-free: data model, bank, extraction, scoring, consolidation, injection."""

@@ -1,0 +1,48 @@
+"""Token counting and whole-line truncation of skill text, with the policy tokenizer or a whitespace fallback.
+
+Budgets apply to skill text only; task text and observations are never cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def count_tokens(text: str, tokenizer: Any = None) -> int:
+    """Tokens of ``text`` under ``tokenizer`` (no special tokens added); whitespace-separated words without one."""
+    if not text:
+        return 0
+    if tokenizer is None:
+        return len(text.split())
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def truncate_lines(text: str, budget: int, tokenizer: Any = None) -> tuple[str, int]:
+    """Keep the longest prefix of whole lines that fits ``budget`` tokens.
+
+    Returns ``(text, dropped_lines)``. When even the first line does not fit, it is cut at a word boundary
+    (a single overlong line must not silently erase the whole skill).
+    """
+    if budget <= 0:
+        return "", len(text.splitlines())
+    if count_tokens(text, tokenizer) <= budget:
+        return text, 0
+    lines = text.splitlines()
+    kept: list[str] = []
+    for line in lines:
+        candidate = "\n".join(kept + [line])
+        if count_tokens(candidate, tokenizer) > budget:
+            break
+        kept.append(line)
+    if not kept:
+        words = lines[0].split(" ") if lines else []
+        lo, hi = 0, len(words)
+        while lo < hi:  # longest word prefix of the first line that fits
+            mid = (lo + hi + 1) // 2
+            if count_tokens(" ".join(words[:mid]), tokenizer) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        first = " ".join(words[:lo])
+        return first, len(lines) - (1 if first else 0)
+    return "\n".join(kept), len(lines) - len(kept)

@@ -1,0 +1,161 @@
+"""Local skill extraction: group a step's trajectories by task, pair a success with a failure, ask the analyzer.
+
+Rules (the paper's step 2):
+- Only ``split == "train"`` trajectories are analysed; validation trajectories never produce candidates.
+- A group (the rollouts of one task at one step) with both a success and a failure yields ONE ``shared`` skill
+  from one pair: the success with the highest reward and the failure with the lowest reward, ties broken by the
+  smaller ``traj_id``. Every trajectory of the group gets the shared skill as teacher context.
+- Any other group yields one skill per eligible trajectory (at least one action): a ``procedure`` from a
+  success, a ``correction`` from a failure; each trajectory's teacher context is its own skill (hindsight).
+- Trajectories whose request failed or whose answer was rejected get no assignment (no OPD term).
+All analyzer requests of a step go to the backend in one ``generate`` call.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from skillduet_plugin.llm.base import ChatRequest
+from skillduet_plugin.skills.prompts import render as render_prompt
+from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS, render_trajectory, trajectory_payload, turns
+from skillduet_plugin.skills.sanitize import parse_skill_answer, sanitize_skill
+from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
+
+SKIP_VALIDATION = "validation_split"
+SKIP_NO_ACTIONS = "no_actions"
+
+
+@dataclass
+class LocalJob:
+    """One analyzer request and the trajectories whose teacher context its answer becomes."""
+
+    kind: str  # shared | procedure | correction
+    scope: str
+    task_id: str
+    task: str
+    env: str
+    sources: tuple[str, ...]
+    assign_to: tuple[str, ...]
+    request: ChatRequest
+
+
+@dataclass
+class ExtractionStats:
+    """Counts of one extraction call, for metrics."""
+
+    trajectories: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+    failures: int = 0
+    rejected: int = 0
+    skills: int = 0
+    assigned: int = 0
+
+
+def group_by_task(trajectories: Iterable[Trajectory]) -> "OrderedDict[str, list[Trajectory]]":
+    """Trajectories by ``group_key`` (step and task), groups and members in a deterministic order."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_key, []).append(t)
+    return OrderedDict((k, sorted(groups[k], key=lambda t: t.traj_id)) for k in sorted(groups))
+
+
+def choose_pair(group: Sequence[Trajectory]) -> tuple[Trajectory, Trajectory] | None:
+    """The (success, failure) pair of a group: highest-reward success, lowest-reward failure, ties by traj_id."""
+    successes = [t for t in group if t.success]
+    failures = [t for t in group if not t.success]
+    if not successes or not failures:
+        return None
+    best = min(successes, key=lambda t: (-float(t.reward), t.traj_id))
+    worst = min(failures, key=lambda t: (float(t.reward), t.traj_id))
+    return best, worst
+
+
+def _env_of(traj: Trajectory, default: str) -> str:
+    return str((traj.metadata or {}).get("env") or default)
+
+
+def plan_jobs(trajectories: Sequence[Trajectory], *, env: str = "", render_tokens: int = DEFAULT_RENDER_TOKENS,
+              tokenizer: Any = None) -> tuple[list[LocalJob], dict[str, int]]:
+    """The analyzer requests for ``trajectories`` and the count of skipped trajectories by reason."""
+    skipped: dict[str, int] = {}
+    eligible = []
+    for t in trajectories:
+        if t.split != "train":
+            skipped[SKIP_VALIDATION] = skipped.get(SKIP_VALIDATION, 0) + 1
+        elif not turns(t)[0]:
+            skipped[SKIP_NO_ACTIONS] = skipped.get(SKIP_NO_ACTIONS, 0) + 1
+        else:
+            eligible.append(t)
+    jobs: list[LocalJob] = []
+    for group in group_by_task(eligible).values():
+        first = group[0]
+        env_name = _env_of(first, env)
+        common = {"env": env_name, "task": first.task, "scope": first.scope}
+        pair = choose_pair(group)
+        if pair is not None:
+            success, failure = pair
+            payload = dict(common, kind="local_pair", success=trajectory_payload(success),
+                           failure=trajectory_payload(failure))
+            system, user = render_prompt(
+                "local_pair", env=env_name, scope=first.scope, task=first.task,
+                success=render_trajectory(success, render_tokens, tokenizer),
+                failure=render_trajectory(failure, render_tokens, tokenizer))
+            jobs.append(LocalJob("shared", first.scope, first.task_id, first.task, env_name,
+                                 (success.traj_id, failure.traj_id), tuple(t.traj_id for t in group),
+                                 ChatRequest(_messages(system, user), payload)))
+            continue
+        for t in group:
+            kind, template = ("procedure", "local_procedure") if t.success else ("correction", "local_correction")
+            payload = dict(common, kind=template, trajectory=trajectory_payload(t))
+            system, user = render_prompt(template, env=env_name, scope=t.scope, task=t.task,
+                                         trajectory=render_trajectory(t, render_tokens, tokenizer))
+            jobs.append(LocalJob(kind, t.scope, t.task_id, t.task, env_name, (t.traj_id,), (t.traj_id,),
+                                 ChatRequest(_messages(system, user), payload)))
+    return jobs, skipped
+
+
+def _messages(system: str, user: str) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": system}] if system else []
+    return msgs + [{"role": "user", "content": user}]
+
+
+def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *, max_chars: int,
+                  special_tokens: Sequence[str] = (), env: str = "", render_tokens: int = DEFAULT_RENDER_TOKENS,
+                  tokenizer: Any = None) -> tuple[ExtractionResult, ExtractionStats]:
+    """Run the analyzer once over the step's jobs and turn answers into sanitised Local skills."""
+    jobs, skipped = plan_jobs(trajectories, env=env, render_tokens=render_tokens, tokenizer=tokenizer)
+    stats = ExtractionStats(trajectories=len(trajectories), skipped=skipped, requests=len(jobs))
+    result = ExtractionResult()
+    if not jobs:
+        return result, stats
+    answers = backend.generate([job.request for job in jobs])
+    if len(answers) != len(jobs):
+        raise RuntimeError(f"analyzer returned {len(answers)} answers for {len(jobs)} requests")
+    by_id: dict[str, Skill] = {}
+    for job, answer in zip(jobs, answers):
+        if answer is None:
+            result.failures += 1
+            result.rejected.append(("backend_failed", f"{job.kind} skill of {','.join(job.sources)}"))
+            continue
+        text, reason = sanitize_skill(parse_skill_answer(answer), max_chars, special_tokens)
+        if text is None:
+            result.rejected.append((str(reason), f"{job.kind} skill of {','.join(job.sources)}"))
+            continue
+        skill = Skill(text=text, scope=job.scope, kind=job.kind, source_traj_ids=job.sources, step=step,
+                      metadata={"task_id": job.task_id, "task": job.task, "env": job.env})
+        if skill.skill_id in by_id:  # the same advice found twice: one skill, both sources
+            known = by_id[skill.skill_id]
+            known.source_traj_ids = tuple(dict.fromkeys(known.source_traj_ids + job.sources))
+        else:
+            by_id[skill.skill_id] = skill
+            result.skills.append(skill)
+        for traj_id in job.assign_to:
+            result.assignment[traj_id] = skill.skill_id
+    stats.failures = result.failures
+    stats.rejected = len(result.rejected) - result.failures
+    stats.skills = len(result.skills)
+    stats.assigned = len(result.assignment)
+    return result, stats

@@ -1,0 +1,93 @@
+"""Views of a trajectory for the analyzer: the structured payload ``T`` and a text rendering within a budget.
+
+Adapters should put the per-turn environment actions and observations in ``Trajectory.metadata["actions"]``
+and ``metadata["observations"]`` (lists of str, one per turn: the projected action, then the observation the
+environment returned) and the environment name in ``metadata["env"]``. Without them the view is derived from
+the chat: actions are the ``<action>...</action>`` content of each assistant turn (the whole turn when there is
+no tag) and observations the user turns that follow each assistant turn.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from skillduet_plugin.skills.budget import count_tokens
+from skillduet_plugin.skills.types import Trajectory
+
+_ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+ELISION_MARKER = "[... {n} middle turn(s) omitted ...]"
+DEFAULT_RENDER_TOKENS = 3000
+_MAX_TURN_CHARS = 2000  # one huge observation (a WebShop page) must not eat the whole budget
+
+
+def _action_of(response: str) -> str:
+    found = _ACTION_TAG.findall(response)
+    return found[-1].strip() if found else response.strip()
+
+
+def turns(traj: Trajectory) -> tuple[list[str], list[str]]:
+    """``(actions, observations)`` per turn, from metadata when the adapter provided them."""
+    meta = traj.metadata or {}
+    actions = meta.get("actions")
+    observations = meta.get("observations")
+    if actions is None:
+        responses = traj.responses or [m.get("content", "") for m in traj.messages if m.get("role") == "assistant"]
+        actions = [_action_of(r) for r in responses]
+    if observations is None:
+        observations = []
+        seen_assistant = False
+        for m in traj.messages:
+            if m.get("role") == "assistant":
+                seen_assistant = True
+            elif m.get("role") == "user" and seen_assistant:
+                observations.append(m.get("content", ""))
+    actions = [str(a) for a in actions]
+    observations = [str(o) for o in observations]
+    return actions, observations
+
+
+def trajectory_payload(traj: Trajectory) -> dict[str, Any]:
+    """The analyzer payload ``T`` shared with the offline backend."""
+    actions, observations = turns(traj)
+    return {"traj_id": traj.traj_id, "task": traj.task, "actions": actions, "observations": observations,
+            "won": bool(traj.success), "reward": float(traj.reward)}
+
+
+def _clip(text: str, limit: int = _MAX_TURN_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + " [...] " + text[-half:]
+
+
+def render_trajectory(traj: Trajectory, budget_tokens: int = DEFAULT_RENDER_TOKENS, tokenizer: Any = None) -> str:
+    """Text of a trajectory for an analyzer prompt, within ``budget_tokens``.
+
+    The outcome line and the final turns are always kept; when the turns do not fit, turns are dropped from
+    the middle (the first turn is kept while it fits) and replaced by one elision marker.
+    """
+    actions, observations = turns(traj)
+    n = max(len(actions), len(observations))
+    lines = []
+    for i in range(n):
+        act = actions[i] if i < len(actions) else ""
+        obs = observations[i] if i < len(observations) else ""
+        lines.append(f"Step {i + 1}. Action: {_clip(act)}\nObservation: {_clip(obs)}")
+    outcome = f"Outcome: {'success' if traj.success else 'failure'} (reward {traj.reward:g})"
+    used = count_tokens(outcome, tokenizer)
+    # Take turns from the end until the budget is spent, then add the first turn if it still fits.
+    tail: list[str] = []
+    for line in reversed(lines):
+        cost = count_tokens(line, tokenizer) + 1
+        if tail and used + cost > budget_tokens:
+            break
+        tail.insert(0, line)
+        used += cost
+    first_idx = n - len(tail)
+    head: list[str] = []
+    if first_idx > 0 and used + count_tokens(lines[0], tokenizer) + 8 <= budget_tokens:
+        head = [lines[0]]
+    omitted = first_idx - len(head)
+    body = head + ([ELISION_MARKER.format(n=omitted)] if omitted > 0 else []) + tail
+    return "\n".join(body + [outcome])

@@ -1,0 +1,137 @@
+"""Make untrusted LLM output safe to put in a prompt: parse skill/Global answers, strip control tokens, cap length.
+
+Analyzer and synthesizer answers are model output: they may carry chat-template control tokens, ``<think>``
+blocks, role headers, 100 kB of repetition, or nothing at all. Every skill text goes through
+:func:`sanitize_skill` before it is stored or inserted; a rejection comes back with a machine-readable reason.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+# Reasons a text is rejected (machine-readable; recorded in ExtractionResult.rejected and consolidation reports).
+REJECT_EMPTY = "empty"
+REJECT_TOO_SHORT = "too_short"
+REJECT_NO_LETTERS = "no_letters"
+REJECT_REPETITIVE = "repetitive"
+REJECT_BACKEND_FAILED = "backend_failed"
+
+MIN_SKILL_CHARS = 12
+MIN_DISTINCT_WORD_RATIO = 0.2  # below this share of distinct words (on long texts) a text is degenerate
+
+_THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+_CONTROL_PATTERNS = [
+    re.compile(r"<\|[^|<>\n]{0,64}\|>"),                    # <|im_start|>, <|im_end|>, <|endoftext|>, <|eot_id|>
+    re.compile(r"\[/?INST\]|<<\s*/?SYS\s*>>", re.IGNORECASE),  # Llama-2 chat markers
+    re.compile(r"</?s>"),                                   # sentencepiece bos/eos
+    re.compile(r"<(?:start|end)_of_turn>"),                 # Gemma
+    re.compile(r"</?think>", re.IGNORECASE),               # stray think tags left after block removal
+]
+# A line that is only a role header, e.g. "assistant", "<|im_start|>user" after token removal, "### Assistant:".
+_ROLE_HEADER = re.compile(r"^\s*(?:#+\s*)?(system|user|assistant|human|model|tool)\s*:?\s*$", re.IGNORECASE)
+_SKILL_TAG = re.compile(r"<skill>(.*?)(?:</skill>|$)", re.DOTALL | re.IGNORECASE)
+_GLOBAL_TAG = re.compile(r"<global>(.*?)(?:</global>|$)", re.DOTALL | re.IGNORECASE)
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def strip_control_tokens(text: str, special_tokens: Iterable[str] = ()) -> str:
+    """Remove ``<think>`` blocks, chat-template control tokens, the tokenizer's special tokens and role-header lines."""
+    text = _THINK_BLOCK.sub(" ", text)
+    for token in sorted({t for t in special_tokens if t}, key=len, reverse=True):
+        text = text.replace(token, " ")
+    for pattern in _CONTROL_PATTERNS:
+        text = pattern.sub(" ", text)
+    lines = [line.rstrip() for line in text.splitlines() if not _ROLE_HEADER.match(line)]
+    text = "\n".join(lines)
+    text = re.sub(r"[ \t]{2,}", " ", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+def tokenizer_special_tokens(tokenizer: Any) -> list[str]:
+    """The special-token strings of a transformers tokenizer (empty when there is none)."""
+    if tokenizer is None:
+        return []
+    tokens: list[str] = []
+    for name in ("all_special_tokens", "additional_special_tokens"):
+        tokens.extend(str(t) for t in (getattr(tokenizer, name, None) or []))
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    for tok in added.values():
+        if getattr(tok, "special", False):
+            tokens.append(str(getattr(tok, "content", tok)))
+    return sorted(set(tokens))
+
+
+def cap_length(text: str, max_chars: int) -> str:
+    """Cut to ``max_chars`` at the last line (or word) boundary before the cap."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars]
+    for sep in ("\n", " "):
+        idx = cut.rfind(sep)
+        if idx >= max_chars // 2:
+            return cut[:idx].rstrip()
+    return cut.rstrip()
+
+
+def degenerate_reason(text: str) -> str | None:
+    """Why ``text`` is not a usable skill (``empty``, ``too_short``, ``no_letters``, ``repetitive``), else None."""
+    if not text.strip():
+        return REJECT_EMPTY
+    if len(text.strip()) < MIN_SKILL_CHARS:
+        return REJECT_TOO_SHORT
+    words = [w.lower() for w in _WORD.findall(text)]
+    if not words:
+        return REJECT_NO_LETTERS
+    if len(words) >= 20 and len(set(words)) / len(words) < MIN_DISTINCT_WORD_RATIO:
+        return REJECT_REPETITIVE
+    return None
+
+
+def sanitize_skill(text: str | None, max_chars: int, special_tokens: Iterable[str] = ()) -> tuple[str | None, str | None]:
+    """Clean one skill text: ``(clean_text, None)`` when usable, ``(None, reason)`` otherwise."""
+    if text is None:
+        return None, REJECT_BACKEND_FAILED
+    # Cap before the regex work too, so a 100 kB answer costs little; then cap the cleaned text exactly.
+    clean = strip_control_tokens(text[: max_chars * 4], special_tokens)
+    clean = cap_length(clean, max_chars)
+    reason = degenerate_reason(clean)
+    if reason is not None:
+        return None, reason
+    return clean, None
+
+
+def parse_skill_answer(answer: str | None) -> str | None:
+    """The skill text of an analyzer answer: inside ``<skill>...</skill>``; without tags, the whole answer
+    (minus any ``<think>`` block). None when the backend failed."""
+    if answer is None:
+        return None
+    body = _THINK_BLOCK.sub(" ", answer)
+    found = [m.group(1).strip() for m in _SKILL_TAG.finditer(body)]
+    found = [f for f in found if f]
+    if found:
+        return found[0]
+    return body.strip()
+
+
+def parse_global_answer(answer: str | None) -> list[str] | None:
+    """The items of a synthesizer/compress answer: ``- item`` lines inside ``<global>...</global>``.
+
+    Without tags, bullet lines of the whole answer; without bullets, non-empty lines. None when the backend
+    failed; an empty list when nothing usable came back.
+    """
+    if answer is None:
+        return None
+    body = _THINK_BLOCK.sub(" ", answer)
+    match = _GLOBAL_TAG.search(body)
+    region = match.group(1) if match else body
+    lines = [line for line in region.splitlines() if line.strip()]
+    bullets = [m.group(1) for m in (_BULLET.match(line) for line in lines) if m]
+    if bullets:
+        return [b.strip() for b in bullets]
+    if match:
+        return [line.strip() for line in lines]
+    # No tags and no bullets: treat each non-empty line as an item, skipping obvious chatter lines.
+    return [line.strip() for line in lines if not line.rstrip().endswith(":")]

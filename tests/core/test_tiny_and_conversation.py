@@ -1,0 +1,68 @@
+"""The offline tiny model/tokenizer and the chat tokenisation of multi-turn episodes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+
+
+def test_tiny_model_reloads_offline(tiny_model_dir, tiny_tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 50_000 < n_params < 5_000_000
+    text = "<think>the knife is dirty</think><action>clean knife 1 with sinkbasin 1</action>"
+    ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tiny_tokenizer.decode(ids) == text
+    assert tiny_tokenizer.eos_token == "<|im_end|>" and tiny_tokenizer.pad_token == "<|endoftext|>"
+    out = model(input_ids=torch.tensor([ids])).logits
+    assert out.shape == (1, len(ids), len(tiny_tokenizer))
+
+
+def test_tiny_build_is_deterministic(tmp_path):
+    from skillduet_plugin.testing.tiny import build_tiny
+    from transformers import AutoTokenizer
+
+    a = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "a"))
+    b = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "b"))
+    assert a.get_vocab() == b.get_vocab()
+
+
+def test_chat_tokenizer_turns_concatenate_to_the_full_template(tiny_tokenizer):
+    chat = ChatTokenizer(tiny_tokenizer)
+    msgs = [{"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Your task is to: put a mug in cabinet.\nobs 1"}]
+    episode = EpisodeTokens(prompt_ids=chat.prompt_ids(msgs))
+    answer1 = chat.encode("<think>go</think><action>go to cabinet 1</action>") + [chat.eos_token_id]
+    episode.add_policy(answer1)
+    episode.add_env(chat.turn_ids("You arrive at cabinet 1."))
+    answer2 = chat.encode("<action>look</action>") + [chat.eos_token_id]
+    episode.add_policy(answer2)
+    full = msgs + [{"role": "assistant", "content": "<think>go</think><action>go to cabinet 1</action>"},
+                   {"role": "user", "content": "You arrive at cabinet 1."},
+                   {"role": "assistant", "content": "<action>look</action>"}]
+    expected = chat.encode(chat.render(full, add_generation_prompt=False))
+    # the template ends each turn with eos + newline; our sequence stops right after the final eos
+    assert episode.context_ids == expected[: len(episode.context_ids)]
+    assert len(expected) - len(episode.context_ids) == len(chat.encode("\n"))
+    assert episode.completion_mask == [1] * len(answer1) + [0] * (
+        len(episode.completion_ids) - len(answer1) - len(answer2)) + [1] * len(answer2)
+
+
+def test_cli_help_lists_subcommands():
+    out = subprocess.run([sys.executable, "-m", "skillduet_plugin.cli", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for name in ("train", "eval", "skills", "report", "tiny-model"):
+        assert name in out
+
+
+def test_cli_tiny_model(tmp_path):
+    from skillduet_plugin.cli import main
+
+    assert main(["tiny-model", str(tmp_path / "m")]) == 0
+    assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "tokenizer.json").exists()

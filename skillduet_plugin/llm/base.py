@@ -105,14 +105,14 @@ class ChatBackend(abc.ABC):
     # ------------------------------------------------------------------ public API
     async def agenerate(self, requests: Sequence[ChatRequest]) -> list[str | None]:
         """Answer ``requests`` concurrently (bounded by ``config.concurrency``); ``None`` where one failed."""
-        requests = _check_requests(requests)
+        requests = check_requests(requests)
         if not requests:
             return []
         return list(await asyncio.gather(*(self._run_one(r) for r in requests)))
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[str | None]:
         """Synchronous :meth:`agenerate`. Inside a running event loop it runs on a helper thread's own loop."""
-        requests = _check_requests(requests)
+        requests = check_requests(requests)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -186,7 +186,8 @@ class ChatBackend(abc.ABC):
         return None  # unreachable: the loop returns on its last attempt
 
 
-def _check_requests(requests: Sequence[ChatRequest]) -> list[ChatRequest]:
+def check_requests(requests: Sequence[ChatRequest]) -> list[ChatRequest]:
+    """The requests as a list; anything that is not a sequence of ChatRequest is a TypeError naming it."""
     if isinstance(requests, ChatRequest) or not isinstance(requests, Sequence):
         raise TypeError(f"requests must be a list of ChatRequest, got {type(requests).__name__}")
     for i, r in enumerate(requests):

@@ -15,7 +15,7 @@ import threading
 from typing import Any, Iterator, Sequence
 
 from skillduet_plugin.config import BackendConfig
-from skillduet_plugin.llm.base import ChatBackend, ChatRequest, backoff_delay, strip_think
+from skillduet_plugin.llm.base import ChatBackend, ChatRequest, backoff_delay, check_requests, strip_think
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class TransformersBackend(ChatBackend):
 
     async def agenerate(self, requests: Sequence[ChatRequest]) -> list[str | None]:
         """Batched generation; each request is retried on its own if its reply was empty or its batch raised."""
-        requests = list(requests)
+        requests = check_requests(requests)
         self._count(calls=len(requests))
         results: list[str | None] = [None] * len(requests)
         pending = list(range(len(requests)))
@@ -87,6 +87,11 @@ class TransformersBackend(ChatBackend):
     # ------------------------------------------------------------------ generation
     def generate_texts(self, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
         """Generate one reply per conversation (decoded new tokens only, cut at the first EOS)."""
+        return [strip_think(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
+                for ids in self.generate_ids(conversations)]
+
+    def generate_ids(self, conversations: Sequence[list[dict[str, str]]]) -> list[list[int]]:
+        """New token ids per conversation, cut before the first EOS (at most ``max_tokens`` each)."""
         import torch
 
         tok, model = self.tokenizer, self.model
@@ -108,12 +113,9 @@ class TransformersBackend(ChatBackend):
             else:
                 kwargs["temperature"] = float(self.config.temperature)
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        new_tokens = out[:, input_ids.shape[1]:].tolist()
-        texts = []
-        for row in new_tokens:
-            cut = next((k for k, t in enumerate(row) if t in eos_ids), len(row))
-            texts.append(strip_think(tok.decode(row[:cut], skip_special_tokens=True)).strip())
-        return texts
+        # Left padding puts every prompt's end at the same column: new tokens start right after it.
+        rows = out[:, input_ids.shape[1]:].tolist()
+        return [row[:next((k for k, t in enumerate(row) if t in eos_ids), len(row))] for row in rows]
 
     def close(self) -> None:
         if self.owns_model:

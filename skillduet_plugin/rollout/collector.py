@@ -34,9 +34,9 @@ class Episode:
 
     ``prompt_messages`` is the first prompt without any skill text; ``student_messages`` is what the policy
     actually saw (with the Global when a lifecycle was given); ``messages`` is the whole conversation from
-    the student's view. ``observations[i]`` is the observation the policy saw before ``actions[i]``; the last
-    observation after the final action is appended as well. ``valid[i]`` says whether ``actions[i]`` was
-    parsed as an admissible action. ``reward`` is the sum of the environment's step rewards.
+    the student's view. ``observations[0]`` is the first observation and ``observations[i + 1]`` the one the
+    environment returned for ``actions[i]``. ``valid[i]`` says whether ``actions[i]`` was parsed as an
+    admissible action. ``reward`` is the sum of the environment's step rewards.
     """
 
     task_id: str
@@ -58,6 +58,7 @@ class Episode:
     truncated: bool = False
     error: str | None = None
     global_version: int | None = None
+    env_name: str = ""
     has_logps: bool = False
 
     @property
@@ -144,8 +145,8 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             ``step(episode_ids, actions) -> list[StepResult]``, episode ids being positions in ``task_ids``.
         generate_fn: batched sampler, see :data:`GenerateFn`.
         chat: tokenises prompts and environment turns.
-        lifecycle: a ``SkillLifecycle``; when given, the Global of the task's scope is inserted into the first
-            prompt (``student_messages``). None: no skills.
+        lifecycle: a ``SkillLifecycle``; when given, the Global of the task's scope (``lifecycle.scope_for``) is
+            inserted into the first prompt (``student_messages``). None: no skills, scope = the task type.
         max_turns: policy turns per episode at most.
         max_new_tokens: tokens per policy turn at most.
         max_total_tokens: prompt + completion tokens per episode at most (the model's context budget).
@@ -183,6 +184,8 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         info = dict(res.info or {})
         task = str(info.get("task", ""))
         scope = str(info.get("task_type", "unknown"))
+        if lifecycle is not None and hasattr(lifecycle, "scope_for"):
+            scope = lifecycle.scope_for(task_type=scope, task_id=tid)  # config.scope: task type, task or single
         adm = list(info.get("admissible_actions") or [])
         obs = "" if res.obs is None else str(res.obs)
         prompt_messages = initial_messages_fn(env_name, task=task, observation=obs, admissible_actions=adm,
@@ -196,7 +199,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         ep = Episode(task_id=tid, scope=scope, task=task, group_index=groups[i],
                      prompt_messages=[dict(m) for m in prompt_messages],
                      student_messages=[dict(m) for m in student], messages=[dict(m) for m in student],
-                     tokens=tokens, observations=[obs], global_version=version)
+                     tokens=tokens, observations=[obs], global_version=version, env_name=env_name)
         if res.error is not None:
             ep.error = str(res.error)
         episodes.append(ep)
@@ -262,7 +265,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
                 continue
             admissible[i] = list(info.get("admissible_actions") or [])
             content = turn_message_fn(env_name, observation=obs, admissible_actions=admissible[i],
-                                      step=ep.num_turns)
+                                      step=ep.num_turns + 1)  # 1-based number of the next decision
             turn = chat.turn_ids(content)
             if budget_left(ep) - len(turn) < 2:
                 ep.truncated = True
@@ -279,8 +282,9 @@ def to_trajectory(episode: Episode, *, step: int, traj_id: str, split: str = "tr
     """The skill lifecycle's view of an episode.
 
     ``base_logps`` (one per completion token, log p under the rollout weights with the student prompt) falls
-    back to the generator's own log-probs when it returned them. ``metadata`` carries ``actions``,
-    ``observations``, ``valid`` and episode bookkeeping the analyzer and reports read.
+    back to the generator's own log-probs when it returned them. ``metadata`` carries what the analyzer reads
+    (``skills.render``): ``actions`` and ``observations`` one per turn (the action, then the observation the
+    environment returned for it), ``env``, plus ``initial_observation``, ``valid`` and episode bookkeeping.
     """
     tokens = episode.tokens
     if base_logps is None and episode.has_logps:
@@ -296,8 +300,9 @@ def to_trajectory(episode: Episode, *, step: int, traj_id: str, split: str = "tr
         completion_ids=list(tokens.completion_ids), completion_mask=list(tokens.completion_mask),
         base_logps=[float(x) for x in base_logps] if base_logps is not None else None,
         global_version=episode.global_version,
-        metadata={"actions": list(episode.actions), "observations": list(episode.observations),
-                  "valid": list(episode.valid), "score": float(episode.score), "num_turns": episode.num_turns,
+        metadata={"actions": list(episode.actions), "observations": list(episode.observations[1:]),
+                  "env": episode.env_name, "initial_observation": episode.observations[0] if episode.observations
+                  else "", "valid": list(episode.valid), "score": float(episode.score), "num_turns": episode.num_turns,
                   "truncated": episode.truncated, "error": episode.error, "group_index": episode.group_index,
                   "invalid_actions": episode.invalid_actions},
     )

@@ -42,26 +42,25 @@ class ChatTokenizer:
     def _probe_turn_template(self) -> tuple[str, str]:
         """Find the text the template puts around a user turn that follows a finished assistant turn.
 
-        The template renders ``[user, assistant]`` and ``[user, assistant, user]`` (+ generation prompt); the
-        second must extend the first. What lies around the probe user text is the environment turn frame.
+        Renders ``[user, assistant, user, assistant, user]`` with the generation prompt and reads what follows
+        the *second* assistant turn. Probing a middle turn (not the last one) matters for templates such as
+        Qwen3's, which render the final assistant turn differently (an empty think block) from earlier ones.
         """
-        base = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
-        closed = self.render(base, add_generation_prompt=False)
-        extended = self.render(base + [{"role": "user", "content": _PROBE_USER + "2"}], add_generation_prompt=True)
-        idx = closed.rfind(_PROBE_ASSISTANT)
-        head = closed[: idx + len(_PROBE_ASSISTANT)]
-        if not extended.startswith(head):
-            raise ValueError("the chat template rewrites earlier turns when a new user turn is added; "
-                             "multi-turn episodes need a prefix-preserving template")
-        rest = extended[len(head):]
+        marker_a, marker_u = _PROBE_ASSISTANT + "2", _PROBE_USER + "3"
+        probe = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT},
+                 {"role": "user", "content": _PROBE_USER + "2"}, {"role": "assistant", "content": marker_a},
+                 {"role": "user", "content": marker_u}]
+        text = self.render(probe, add_generation_prompt=True)
+        idx = text.rfind(marker_a)
+        if idx < 0 or marker_u not in text[idx:]:
+            raise ValueError("cannot locate the turns in the chat template's output: multi-turn episodes need "
+                             "a template that renders every user and assistant message")
+        rest = text[idx + len(marker_a):]
         # The eos token ends the assistant turn; the policy generates it, the env turn starts after it.
         eos_text = self.tokenizer.convert_ids_to_tokens(self.eos_token_id)
         if rest.startswith(eos_text):
             rest = rest[len(eos_text):]
-        marker = _PROBE_USER + "2"
-        if marker not in rest:
-            raise ValueError("cannot locate the user turn in the chat template's output")
-        prefix, suffix = rest.split(marker, 1)
+        prefix, suffix = rest.split(marker_u, 1)
         return prefix, suffix
 
     def turn_ids(self, user_content: str) -> list[int]:

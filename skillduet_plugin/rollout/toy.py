@@ -135,7 +135,7 @@ def toy_initial_messages(env_name: str, *, task: str, observation: str, admissib
 
 
 def toy_turn_message(env_name: str, *, observation: str, admissible_actions: Sequence[str], step: int) -> str:
-    return (f"You are now at step {step + 1}. Your current observation is: {observation}\n"
+    return (f"You are now at step {step}. Your current observation is: {observation}\n"
             f"Your admissible actions of the current situation are: {', '.join(admissible_actions)}.")
 
 

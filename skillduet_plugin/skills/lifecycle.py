@@ -1,21 +1,49 @@
 """The skill lifecycle of one run behind one object: what both trainer adapters call.
 
-INTERFACE SKELETON: signatures are fixed (adapters code against them); bodies are filled in by the skill
-lifecycle work (bank, extraction, scoring, consolidation, injection).
+Per step: ``student_messages`` (rollout prompts with the Global) -> ``extract`` (Local skills, teacher
+assignment) -> ``teacher_messages`` (OPD teacher prompts) -> ``score`` (Strength/Utility/Contrast, cached in the
+bank) -> ``end_step`` (every ``consolidation_interval`` steps: a new Global version per scope). ``snapshot`` /
+``restore`` go with checkpoints. With ``write=False`` (non-main processes) nothing is ever written to the bank:
+``extract``/``score`` still compute and return, ``end_step`` only reloads the Global.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.skills.bank import SkillBank
+from skillduet_plugin.skills.budget import count_tokens
+from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope
+from skillduet_plugin.skills.extract import extract_local
+from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
+from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
+from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
+from skillduet_plugin.skills.scoring import score_skills
+from skillduet_plugin.skills.similarity import SimilarityFn, embedding_matrix_fn
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill, Trajectory
+
+logger = logging.getLogger(__name__)
 
 # logprob_fn(contexts, responses) -> one float32 tensor of per-token log-probs per response
 LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
+
+SINGLE_SCOPE = "all"
+
+
+def resolve_scope(kind: str, *, task_type: str, task_id: str) -> str:
+    """The scope key of a task under ``config.scope``: its task type, its task id, or one scope for all."""
+    if kind == "task_type":
+        return str(task_type)
+    if kind == "task":
+        return str(task_id)
+    if kind == "single":
+        return SINGLE_SCOPE
+    raise ValueError(f"scope={kind!r} is invalid: allowed values are task_type, task, single")
 
 
 class SkillLifecycle:
@@ -28,38 +56,230 @@ class SkillLifecycle:
             only need text.
         analyzer / synthesizer: backends (default: built from ``config.analyzer`` / ``config.synthesizer``).
         write: False on non-main processes of a multi-process run (they read the bank, never write it).
+        env: environment name put in analyzer payloads when a trajectory has no ``metadata["env"]``.
+        similarity: near-duplicate similarity; default: sentence-transformers embeddings when installed with
+            an offline model, otherwise the lexical similarity.
+        chat_template_kwargs: passed to the chat template when building scoring contexts.
     """
 
     def __init__(self, config: SkillDuetConfig, bank_path: str | Path, *, tokenizer: Any = None,
-                 analyzer: Any = None, synthesizer: Any = None, write: bool = True) -> None:
-        raise NotImplementedError
+                 analyzer: Any = None, synthesizer: Any = None, write: bool = True, env: str = "",
+                 similarity: SimilarityFn | None | str = "auto", chat_template_kwargs: dict | None = None,
+                 render_tokens: int = DEFAULT_RENDER_TOKENS, policy_model: Any = None) -> None:
+        if not isinstance(config, SkillDuetConfig):
+            raise TypeError(f"config must be a SkillDuetConfig, got {type(config).__name__}")
+        self.config = config
+        self.tokenizer = tokenizer
+        self.write = bool(write)
+        self.env = env
+        self.render_tokens = int(render_tokens)
+        self.bank = SkillBank(bank_path, readonly=not self.write)
+        self._analyzer = analyzer
+        self._synthesizer = synthesizer
+        self._policy_model = policy_model
+        self._similarity = similarity
+        self._chat_template_kwargs = chat_template_kwargs
+        self._chat_tokenizer: Any = None
+        self._special_tokens = tokenizer_special_tokens(tokenizer)
+        self._global_cache: dict[str, GlobalSkills] = {}
+        self._counters = {"analyzer_failures": 0, "synthesizer_failures": 0, "rejected": 0, "local_extracted": 0,
+                          "skipped_validation": 0, "consolidations": 0}
+        self._last: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ backends (built lazily)
+    @property
+    def analyzer(self) -> Any:
+        if self._analyzer is None:
+            from skillduet_plugin.llm.base import make_backend
+
+            self._analyzer = make_backend(self.config.analyzer, role="analyzer", policy_model=self._policy_model,
+                                          policy_tokenizer=self.tokenizer)
+        return self._analyzer
+
+    @property
+    def synthesizer(self) -> Any:
+        if self._synthesizer is None:
+            from skillduet_plugin.llm.base import make_backend
+
+            self._synthesizer = make_backend(self.config.synthesizer, role="synthesizer",
+                                             policy_model=self._policy_model, policy_tokenizer=self.tokenizer)
+        return self._synthesizer
+
+    def _similarity_fn(self) -> SimilarityFn | None:
+        if self._similarity == "auto":
+            self._similarity = embedding_matrix_fn()
+        return self._similarity  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ prompts
+    def scope_for(self, *, task_type: str, task_id: str) -> str:
+        """The scope key of a task under this run's ``config.scope``."""
+        return resolve_scope(self.config.scope, task_type=task_type, task_id=task_id)
 
     def global_for(self, scope: str) -> GlobalSkills:
-        raise NotImplementedError
+        """The Global in force for ``scope`` (cached until the next consolidation or :meth:`reload`)."""
+        if scope not in self._global_cache:
+            self._global_cache[scope] = self.bank.current_global(scope)
+        return self._global_cache[scope]
+
+    def reload(self) -> None:
+        """Forget cached Globals so the next reads see the bank's latest committed versions."""
+        self._global_cache.clear()
+
+    def _global_section(self, scope: str, global_version: int | None = None) -> str:
+        if not self.config.use_global:
+            return ""
+        g = self.global_for(scope)
+        if global_version is not None and global_version != g.version:
+            v = self.bank.global_version(scope, global_version)
+            g = v.as_global() if v is not None else g
+        return skill_section(GLOBAL_HEADER, g.text, self.config.skill_token_budget, self.tokenizer,
+                             self._special_tokens)
 
     def student_messages(self, prompt_messages: list[dict[str, str]], *, task: str,
-                         scope: str) -> list[dict[str, str]]:
-        raise NotImplementedError
+                         scope: str, global_version: int | None = None) -> list[dict[str, str]]:
+        """The rollout prompt: ``prompt_messages`` with the Global of ``scope`` (unchanged if ``use_global`` is
+        off or the scope has no Global yet). ``global_version`` pins a specific version (default: current)."""
+        return insert_sections(prompt_messages, [self._global_section(scope, global_version)], task=task,
+                               position=self.config.skill_position)
 
     def teacher_messages(self, prompt_messages: list[dict[str, str]], *, task: str, scope: str,
-                         local_skill: Skill) -> list[dict[str, str]]:
-        raise NotImplementedError
+                         local_skill: Skill, global_version: int | None = None) -> list[dict[str, str]]:
+        """The OPD teacher prompt: the student prompt plus ``local_skill`` right after the Global section."""
+        local = skill_section(LOCAL_HEADER, local_skill.text, self.config.local_skill_token_budget,
+                              self.tokenizer, self._special_tokens)
+        return insert_sections(prompt_messages, [self._global_section(scope, global_version), local], task=task,
+                               position=self.config.skill_position)
 
+    # ------------------------------------------------------------------ extraction
     def extract(self, trajectories: Sequence[Trajectory], step: int) -> ExtractionResult:
-        raise NotImplementedError
+        """Local skills of this step via one batched analyzer call; stored as candidates (when writing)."""
+        result, stats = extract_local(trajectories, step, self.analyzer, max_chars=self.config.max_skill_chars,
+                                      special_tokens=self._special_tokens, env=self.env,
+                                      render_tokens=self.render_tokens, tokenizer=self.tokenizer)
+        if self.write and result.skills:
+            self.bank.add_candidates(result.skills, step)
+        self._counters["analyzer_failures"] += stats.failures
+        self._counters["rejected"] += stats.rejected
+        self._counters["local_extracted"] += stats.skills
+        self._counters["skipped_validation"] += stats.skipped.get("validation_split", 0)
+        eligible = max(1, stats.trajectories - sum(stats.skipped.values()))
+        self._last.update({"skills/step_local_extracted": float(stats.skills),
+                           "skills/step_analyzer_requests": float(stats.requests),
+                           "skills/step_analyzer_failures": float(stats.failures),
+                           "skills/step_rejected": float(stats.rejected),
+                           "skills/assigned_ratio": stats.assigned / eligible})
+        return result
+
+    # ------------------------------------------------------------------ scoring
+    def _chat(self) -> Any:
+        if self._chat_tokenizer is None:
+            if self.tokenizer is None:
+                raise ValueError("score() needs the policy tokenizer: pass tokenizer= to SkillLifecycle")
+            from skillduet_plugin.rollout.conversation import ChatTokenizer
+
+            self._chat_tokenizer = ChatTokenizer(self.tokenizer, self._chat_template_kwargs)
+        return self._chat_tokenizer
+
+    def _context_ids(self, traj: Trajectory, skill: Skill | None) -> list[int]:
+        if not traj.prompt_messages:
+            raise ValueError(f"trajectory {traj.traj_id} has no prompt_messages: scoring inserts the skill into "
+                             "the first prompt at message level, so adapters must fill Trajectory.prompt_messages")
+        if skill is None:
+            if traj.prompt_ids:
+                return list(traj.prompt_ids)
+            msgs = self.student_messages(traj.prompt_messages, task=traj.task, scope=traj.scope,
+                                         global_version=traj.global_version)
+        else:
+            msgs = self.teacher_messages(traj.prompt_messages, task=traj.task, scope=traj.scope, local_skill=skill,
+                                         global_version=traj.global_version)
+        return self._chat().prompt_ids(msgs)
 
     def score(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
               logprob_fn: LogprobFn) -> dict[str, dict[str, float | None]]:
-        raise NotImplementedError
+        """Strength/Utility/Contrast of ``skills`` on held-out ``trajectories`` with ONE ``logprob_fn`` call;
+        cached on the candidates in the bank (when writing). Returns ``{skill_id: {strength, utility, contrast,
+        n_heldout}}``."""
+        if not skills:
+            return {}
+        scores = score_skills(skills, trajectories, logprob_fn, self._context_ids, policy=self.config.heldout,
+                              max_heldout=self.config.max_heldout)
+        if self.write:
+            steps = {s.skill_id: s.step for s in skills}
+            for sid, sc in scores.items():
+                record = dict(sc.as_record(), scored_step=max((t.step for t in trajectories), default=None))
+                self.bank.record_scores({sid: record}, step=steps.get(sid))
+        strengths = [sc.strength for sc in scores.values() if sc.strength is not None]
+        self._last["skills/strength_mean"] = sum(strengths) / len(strengths) if strengths else 0.0
+        self._last["skills/strength_max"] = max(strengths, default=0.0)
+        self._last["skills/heldout_mean"] = sum(sc.n_heldout for sc in scores.values()) / len(scores)
+        self._last["skills/unscored"] = float(sum(sc.strength is None for sc in scores.values()))
+        return {sid: {"strength": sc.strength, "utility": sc.utility, "contrast": sc.contrast,
+                      "n_heldout": float(sc.n_heldout)} for sid, sc in scores.items()}
 
-    def end_step(self, step: int) -> Any:
-        raise NotImplementedError
+    # ------------------------------------------------------------------ consolidation
+    def end_step(self, step: int) -> list[ConsolidationReport] | None:
+        """After the update of ``step``: consolidate every scope with recent candidates when
+        ``step % consolidation_interval == 0``; returns the reports (None when it is not a consolidation step)."""
+        if not self.write:
+            if step % self.config.consolidation_interval == 0:
+                self.reload()
+            return None
+        if step % self.config.consolidation_interval != 0:
+            return None
+        last = self.bank.last_consolidation_step(step - 1)
+        reports: list[ConsolidationReport] = []
+        for scope in self.bank.candidate_scopes(since_step=last, until_step=step):
+            candidates = self.bank.candidates(scope=scope, since_step=last, until_step=step)
+            reports.append(consolidate_scope(
+                scope, candidates, self.bank.current_global(scope), step=step, selector=self.config.selector,
+                keep_ratio=self.config.keep_ratio, dedupe_threshold=self.config.dedupe_threshold,
+                seed=self.config.seed, budget_tokens=self.config.skill_token_budget, synthesizer=self.synthesizer,
+                tokenizer=self.tokenizer, max_chars=self.config.max_skill_chars,
+                special_tokens=self._special_tokens, similarity=self._similarity_fn()))
+        from skillduet_plugin.skills.consolidate import render_global
 
+        versions = self.bank.commit_consolidation(step, [
+            {"scope": r.scope, "items": r.items, "text": render_global(r.items), "selector": r.selector,
+             "report": r.to_dict()} for r in reports])
+        for r, v in zip(reports, versions):
+            r.version = v.version
+        self.reload()
+        self._counters["consolidations"] += 1
+        self._counters["synthesizer_failures"] += sum(r.synthesizer_failures for r in reports)
+        self._last["skills/consolidated_scopes"] = float(len(reports))
+        self._last["skills/consolidation_kept"] = float(sum(len(r.kept) for r in reports))
+        self._last["skills/consolidation_rejected"] = float(sum(len(r.rejected) for r in reports))
+        return reports
+
+    # ------------------------------------------------------------------ checkpoints
     def snapshot(self, directory: str | Path) -> Path:
-        raise NotImplementedError
+        """Write the bank as of now into ``directory`` (atomically); returns the snapshot file."""
+        return self.bank.snapshot(directory)
 
     def restore(self, directory: str | Path) -> None:
-        raise NotImplementedError
+        """Make the bank exactly the snapshot in ``directory`` (readers just reopen the bank)."""
+        self.bank.restore(directory)
+        self.reload()
 
+    # ------------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, float]:
-        raise NotImplementedError
+        """Numbers for the trainer's logger: cumulative counters, the last step's values, the current Globals."""
+        out = {f"skills/{k}": float(v) for k, v in self._counters.items()}
+        out.update(self._last)
+        items = tokens = versions = 0
+        for scope in self.bank.scopes():
+            g = self.global_for(scope)
+            if g.version is None:
+                continue
+            versions += 1
+            items += len(g.items)
+            tokens += count_tokens(g.text, self.tokenizer)
+        out.update({"skills/global_scopes": float(versions), "skills/global_items": float(items),
+                    "skills/global_tokens": float(tokens)})
+        for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
+            if backend is not None and hasattr(backend, "failures"):
+                out[f"skills/{name}_backend_failures"] = float(backend.failures)
+        return out
+
+    def close(self) -> None:
+        self.bank.close()

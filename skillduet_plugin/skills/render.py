@@ -76,18 +76,23 @@ def render_trajectory(traj: Trajectory, budget_tokens: int = DEFAULT_RENDER_TOKE
         lines.append(f"Step {i + 1}. Action: {_clip(act)}\nObservation: {_clip(obs)}")
     outcome = f"Outcome: {'success' if traj.success else 'failure'} (reward {traj.reward:g})"
     used = count_tokens(outcome, tokenizer)
-    # Take turns from the end until the budget is spent, then add the first turn if it still fits.
+    total = used + sum(count_tokens(line, tokenizer) + 1 for line in lines)
+    # Over budget: reserve room for the first turn (the agent's opening move) and the marker, when they fit
+    # next to at least the last turn; then take turns from the end.
+    reserve = 0
+    if total > budget_tokens and n > 1:
+        first_cost = count_tokens(lines[0], tokenizer) + 1 + 8
+        if used + first_cost + count_tokens(lines[-1], tokenizer) + 1 <= budget_tokens:
+            reserve = first_cost
     tail: list[str] = []
     for line in reversed(lines):
         cost = count_tokens(line, tokenizer) + 1
-        if tail and used + cost > budget_tokens:
+        if tail and used + reserve + cost > budget_tokens:
             break
         tail.insert(0, line)
         used += cost
     first_idx = n - len(tail)
-    head: list[str] = []
-    if first_idx > 0 and used + count_tokens(lines[0], tokenizer) + 8 <= budget_tokens:
-        head = [lines[0]]
+    head = [lines[0]] if first_idx > 0 and reserve else []
     omitted = first_idx - len(head)
     body = head + ([ELISION_MARKER.format(n=omitted)] if omitted > 0 else []) + tail
     return "\n".join(body + [outcome])

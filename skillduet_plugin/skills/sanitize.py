@@ -21,7 +21,11 @@ MIN_SKILL_CHARS = 12
 MIN_DISTINCT_WORD_RATIO = 0.2  # below this share of distinct words (on long texts) a text is degenerate
 
 _THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+_ROLES = r"(?:system|user|assistant|tool|human|model|developer)"
 _CONTROL_PATTERNS = [
+    # a turn opener with its role name, e.g. "<|im_start|>system", "<|start_header_id|>user<|end_header_id|>"
+    re.compile(r"(?:<\|[^|<>\n]{0,64}\|>|<start_of_turn>)[ \t]*" + _ROLES + r"\b(?:[ \t]*<\|[^|<>\n]{0,64}\|>)?",
+               re.IGNORECASE),
     re.compile(r"<\|[^|<>\n]{0,64}\|>"),                    # <|im_start|>, <|im_end|>, <|endoftext|>, <|eot_id|>
     re.compile(r"\[/?INST\]|<<\s*/?SYS\s*>>", re.IGNORECASE),  # Llama-2 chat markers
     re.compile(r"</?s>"),                                   # sentencepiece bos/eos
@@ -33,7 +37,8 @@ _ROLE_HEADER = re.compile(r"^\s*(?:#+\s*)?(system|user|assistant|human|model|too
 _SKILL_TAG = re.compile(r"<skill>(.*?)(?:</skill>|$)", re.DOTALL | re.IGNORECASE)
 _GLOBAL_TAG = re.compile(r"<global>(.*?)(?:</global>|$)", re.DOTALL | re.IGNORECASE)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
-_WORD = re.compile(r"[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_LETTER = re.compile(r"[A-Za-z]")
 
 
 def strip_control_tokens(text: str, special_tokens: Iterable[str] = ()) -> str:
@@ -82,9 +87,9 @@ def degenerate_reason(text: str) -> str | None:
         return REJECT_EMPTY
     if len(text.strip()) < MIN_SKILL_CHARS:
         return REJECT_TOO_SHORT
-    words = [w.lower() for w in _WORD.findall(text)]
-    if not words:
+    if not _LETTER.search(text):
         return REJECT_NO_LETTERS
+    words = [w.lower() for w in _WORD.findall(text)]
     if len(words) >= 20 and len(set(words)) / len(words) < MIN_DISTINCT_WORD_RATIO:
         return REJECT_REPETITIVE
     return None

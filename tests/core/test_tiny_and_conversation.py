@@ -66,3 +66,32 @@ def test_cli_tiny_model(tmp_path):
 
     assert main(["tiny-model", str(tmp_path / "m")]) == 0
     assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "tokenizer.json").exists()
+
+
+def _with_template(tokenizer, name):
+    import copy
+    import importlib.resources
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = importlib.resources.files("trl").joinpath(f"chat_templates/{name}.jinja").read_text()
+    return tok
+
+
+def test_turn_frame_with_qwen3_template_matches_a_full_render(tiny_tokenizer):
+    """Qwen3 renders the last assistant turn with an empty think block: the frame must come from a middle turn."""
+    import pytest
+
+    pytest.importorskip("trl")
+    for name, kwargs in (("qwen3", {}), ("qwen3", {"enable_thinking": False}), ("qwen2_5", {})):
+        tok = _with_template(tiny_tokenizer, name)
+        chat = ChatTokenizer(tok, chat_template_kwargs=kwargs)
+        msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task A"}]
+        frame = chat._turn_prefix + "OBS" + chat._turn_suffix
+        full = chat.render(msgs + [{"role": "assistant", "content": "act 1"}, {"role": "user", "content": "OBS"},
+                                   {"role": "assistant", "content": "act 2"}, {"role": "user", "content": "OBS2"}],
+                           add_generation_prompt=True)
+        eos_text = tok.convert_ids_to_tokens(chat.eos_token_id)
+        # what follows a finished assistant turn: the user turn, then the generation prompt the model sees
+        assert full.endswith("act 2" + eos_text + chat._turn_prefix + "OBS2" + chat._turn_suffix), (name, kwargs)
+        assert "act 1" + eos_text + chat._turn_prefix + "OBS" in full, (name, kwargs, frame)
+        assert frame.endswith(chat.render([{"role": "user", "content": "x"}], True).split("x", 1)[1]), name

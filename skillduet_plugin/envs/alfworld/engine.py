@@ -1,7 +1,8 @@
 """The real ALFWorld engine (TextWorld ``PddlEnv`` + ALFWorld's demangler/info wrappers) with per-process caches.
 
 A reset of TextWorld's PDDL engine re-parses the game's grammar (on load) and translates PDDL to SAS twice
-(on every reset); both are pure functions of the game text, so they are memoised here per process. The game
+(on every reset, once more optimised for the planner); both are pure functions of the game text, so they are
+memoised here per process, and the planner's translation is skipped during play. The game
 itself (state, feedback text, admissible commands, goal check) is untouched: observations are the engine's own.
 Planner calls (``policy_commands``) are never requested during play.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
@@ -49,8 +51,13 @@ def _digest(*texts: str) -> str:
 
 
 @contextlib.contextmanager
-def _memoised_engine_parsing() -> Iterator[None]:
-    """Route TextWorld's grammar parse and PDDL->SAS translation through the caches, for one call."""
+def _memoised_engine_parsing(*, planning: bool) -> Iterator[None]:
+    """Route TextWorld's grammar parse and PDDL->SAS translation through the caches, for one call.
+
+    Without ``planning`` the planner-optimised translation (used only to replan, i.e. for ``policy_commands``)
+    is answered with the plain translation of the same problem: it is never searched during play, and this
+    halves the cost of a first reset.
+    """
     import fast_downward
     import textworld.envs.pddl.logic as pddl_logic
 
@@ -60,7 +67,8 @@ def _memoised_engine_parsing() -> Iterator[None]:
         return _LOGIC_CACHE.get_or_make(_digest(domain, grammar), lambda: real_logic(domain=domain, grammar=grammar))
 
     def cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
-        return _SAS_CACHE.get_or_make((_digest(domain, problem), bool(optimize)),
+        optimize = bool(optimize) and planning
+        return _SAS_CACHE.get_or_make((_digest(domain, problem), optimize),
                                       lambda: real_pddl2sas(domain, problem, verbose=verbose, optimize=optimize))
 
     with _LOCK:
@@ -69,6 +77,36 @@ def _memoised_engine_parsing() -> Iterator[None]:
             yield
         finally:
             pddl_logic.GameLogic, fast_downward.pddl2sas = real_logic, real_pddl2sas
+
+
+def import_engine() -> tuple[Any, Any, Any]:
+    """``(AlfredDemangler, AlfredInfos, PddlEnv)``, without leaking alfworld's import-time side effect.
+
+    Importing ``alfworld`` sets ``os.environ["ALFWORLD_DATA"]`` to ``~/.cache/alfworld`` when it is unset; the
+    variable is restored so that it keeps meaning "the user's data" for this process and its workers.
+    """
+    before = os.environ.get("ALFWORLD_DATA")
+    try:
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+        from textworld.envs.pddl import PddlEnv
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("the ALFWorld env needs `pip install alfworld==0.4.2` (textworld[pddl], "
+                          f"fast-downward-textworld): {exc}") from exc
+    finally:
+        if before is None:
+            os.environ.pop("ALFWORLD_DATA", None)
+    return AlfredDemangler, AlfredInfos, PddlEnv
+
+
+def user_alfworld_data() -> str | None:
+    """``$ALFWORLD_DATA`` unless it is alfworld's own empty default (set as a side effect of importing it)."""
+    value = os.environ.get("ALFWORLD_DATA")
+    if not value:
+        return None
+    path = os.path.expanduser(value)
+    if path == os.path.expanduser("~/.cache/alfworld") and not os.path.isdir(os.path.join(path, "json_2.1.1")):
+        return None
+    return value
 
 
 def request_infos(*, policy_commands: bool = False):
@@ -86,19 +124,15 @@ class EngineSession:
     """
 
     def __init__(self, *, policy_commands: bool = False) -> None:
-        try:
-            from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-            from textworld.envs.pddl import PddlEnv
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError("the ALFWorld env needs `pip install alfworld==0.4.2` (textworld[pddl], "
-                              f"fast-downward-textworld): {exc}") from exc
+        AlfredDemangler, AlfredInfos, PddlEnv = import_engine()
         self._env = AlfredInfos(AlfredDemangler(PddlEnv(request_infos(policy_commands=policy_commands))))
         self._loaded: str | None = None
+        self._planning = policy_commands
 
-    def reset(self, gamefile: str):
-        """Load (if needed) and reset ``gamefile``; returns TextWorld's ``GameState``."""
-        with _memoised_engine_parsing():
-            if self._loaded != gamefile:
+    def reset(self, gamefile: str, *, reload: bool = False):
+        """Load (if needed, or if ``reload``) and reset ``gamefile``; returns TextWorld's ``GameState``."""
+        with _memoised_engine_parsing(planning=self._planning):
+            if reload or self._loaded != gamefile:
                 self._loaded = None
                 self._env.load(gamefile)
                 self._loaded = gamefile

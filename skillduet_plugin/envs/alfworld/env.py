@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skillduet_plugin.envs.alfworld.engine import EngineSession
+from skillduet_plugin.envs.alfworld.engine import EngineSession, user_alfworld_data
 from skillduet_plugin.envs.alfworld.tasks import (
     GAME_FILE,
     discover_tasks,
@@ -124,15 +124,6 @@ class AlfworldEnv(TextEnv):
         self._task_id, self._done = None, True
 
 
-def default_data_dir() -> Path:
-    """``$ALFWORLD_DATA`` if set, else the generated default data (created on first use)."""
-    if os.environ.get("ALFWORLD_DATA"):
-        return Path(os.environ["ALFWORLD_DATA"]).expanduser()
-    from skillduet_plugin.envs.alfworld.generator import default_data_root
-
-    return default_data_root()
-
-
 def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train", *, max_steps: int = 50,
                   tasks: list[str] | None = None, max_tasks: int | None = None,
                   task_types: list[str] | None = None, **unused: Any) -> AlfworldEnv:
@@ -144,12 +135,12 @@ def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train
     if unused:
         raise TypeError(f"make_alfworld got unknown keyword(s) {', '.join(sorted(unused))}: "
                         "accepted are data_dir, split, max_steps, tasks, max_tasks, task_types")
-    if data_dir is None and not os.environ.get("ALFWORLD_DATA"):
+    if data_dir is None and user_alfworld_data() is None:
         from skillduet_plugin.envs.alfworld.generator import ensure_default_data
 
         data_dir = ensure_default_data(split)
     elif data_dir is None:
-        data_dir = default_data_dir()
+        data_dir = user_alfworld_data()
     root = resolve_layout_root(data_dir)
     all_tasks = discover_tasks(root, split)
     chosen = select_tasks(all_tasks, subset=tasks, max_tasks=max_tasks, task_types=task_types)

@@ -1,0 +1,66 @@
+"""The task dataset GRPOTrainer samples from and the reward function that reads the environment's reward.
+
+GRPOTrainer's sampler hands out dataset rows ``num_generations`` at a time; here a row is a task (its id and
+scope), and the rollout function plays the episodes. The ``prompt`` column is only a placeholder TRL requires:
+the real prompt is built from the environment's first observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def task_dataset(env: Any = None, task_ids: Sequence[str] | None = None, *, repeat: int = 1):
+    """A ``datasets.Dataset`` with one row per task: ``prompt`` (placeholder messages), ``task_id``, ``scope``.
+
+    Args:
+        env: a ``TextEnv`` (``env.tasks`` lists the split's tasks; ``env.task_type`` gives the scope when the
+            environment can tell it without playing); may be None when ``task_ids`` is given.
+        task_ids: the tasks to train on (default: ``env.tasks``).
+        repeat: each task appears this many times (small toy task lists with large batches).
+
+    The scope column is informative (``"unknown"`` when the environment cannot tell it before ``reset``); the
+    rollout uses the scope the environment reports at reset.
+    """
+    from datasets import Dataset
+
+    if task_ids is None:
+        if env is None:
+            raise ValueError("task_dataset needs env (to list env.tasks) or task_ids")
+        task_ids = list(env.tasks)
+    task_ids = [str(t) for t in task_ids]
+    if not task_ids:
+        raise ValueError("task_ids is empty: the dataset needs at least one task")
+    if repeat < 1:
+        raise ValueError(f"repeat={repeat!r} must be >= 1")
+    scopes = []
+    for tid in task_ids:
+        try:
+            scopes.append(str(env.task_type(tid)) if env is not None else "unknown")
+        except (NotImplementedError, KeyError, AttributeError):
+            scopes.append("unknown")
+    rows = {"prompt": [], "task_id": [], "scope": []}
+    for _ in range(repeat):
+        for tid, scope in zip(task_ids, scopes):
+            rows["prompt"].append([{"role": "user", "content": f"task {tid}"}])
+            rows["task_id"].append(tid)
+            rows["scope"].append(scope)
+    return Dataset.from_dict(rows)
+
+
+def make_env_reward(invalid_action_penalty: float = 0.1, reward_scale: float = 1.0):
+    """A TRL reward function: ``reward_scale * env_reward - invalid_action_penalty * invalid_actions``.
+
+    ``env_reward`` and ``invalid_actions`` are extra fields the SkillDuet rollout returns for every completion.
+    """
+    if invalid_action_penalty < 0:
+        raise ValueError(f"invalid_action_penalty={invalid_action_penalty!r} must be >= 0")
+
+    def env_reward(prompts: list, completions: list, env_reward: list[float] | None = None,
+                   invalid_actions: list[int] | None = None, **kwargs: Any) -> list[float]:
+        if env_reward is None or invalid_actions is None:
+            raise KeyError("env_reward needs the 'env_reward' and 'invalid_actions' fields of the SkillDuet rollout; "
+                           "use it with SkillDuetGRPOTrainer")
+        return [reward_scale * float(r) - invalid_action_penalty * int(n) for r, n in zip(env_reward, invalid_actions)]
+
+    return env_reward

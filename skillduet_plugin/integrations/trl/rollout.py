@@ -1,0 +1,69 @@
+"""The SkillDuet rollout inside GRPOTrainer: play the batch's tasks and hand TRL the token view it trains on.
+
+TRL calls ``rollout_func(prompts, trainer)`` with the batch's placeholder prompts; the tasks come from the
+dataset rows the mixin exposes as ``trainer.batch_rows``. Episodes are sampled with HF ``generate`` on the
+unwrapped policy (eval mode, no grad), one completion per row: the whole multi-turn episode, environment tokens
+masked out through TRL's ``env_mask``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from skillduet_plugin.rollout.collector import Episode, hf_generate_fn, run_episodes
+
+#: per-row fields the rollout adds to TRL's batch rows (and passes to reward functions)
+ROLLOUT_FIELDS = ("env_reward", "invalid_actions", "env_won", "env_turns", "skillduet_episode")
+
+
+def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
+    """Run one episode per task id with the trainer's current weights."""
+    from trl.models.utils import unwrap_model_for_generation
+
+    args = trainer.args
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                     gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                     gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as policy:
+        was_training = policy.training
+        policy.eval()
+        try:
+            generate = hf_generate_fn(policy, trainer.chat, temperature=args.temperature, top_p=args.top_p,
+                                      batch_size=max(1, len(task_ids)))
+            max_total = args.max_total_tokens or int(getattr(policy.config, "max_position_embeddings", 32768))
+            with torch.no_grad():
+                return run_episodes(
+                    task_ids, env_name=args.env_name, pool=trainer.env_pool, generate_fn=generate,
+                    chat=trainer.chat, lifecycle=trainer.lifecycle if trainer.skillduet.use_global else None,
+                    max_turns=args.max_turns, max_new_tokens=args.max_new_tokens_per_turn,
+                    max_total_tokens=max_total, max_completion_tokens=args.max_completion_length,
+                    **trainer.rollout_kwargs)
+        finally:
+            policy.train(was_training)
+
+
+def rollout_output(episodes: list[Episode], eos_token_id: int) -> dict[str, Any]:
+    """The dict TRL expects back from ``rollout_func``: ids, ``env_mask`` and the per-row extra fields.
+
+    A completion is never empty (TRL reads its last token): an episode that failed at reset gets one eos,
+    masked out.
+    """
+    completion_ids, env_mask = [], []
+    for ep in episodes:
+        ids, mask = list(ep.tokens.completion_ids), list(ep.tokens.completion_mask)
+        if not ids:
+            ids, mask = [eos_token_id], [0]
+        completion_ids.append(ids)
+        env_mask.append(mask)
+    return {
+        "prompt_ids": [list(ep.tokens.prompt_ids) for ep in episodes],
+        "completion_ids": completion_ids,
+        "logprobs": None,
+        "env_mask": env_mask,
+        "env_reward": [float(ep.reward) for ep in episodes],
+        "invalid_actions": [int(ep.invalid_actions) for ep in episodes],
+        "env_won": [bool(ep.won) for ep in episodes],
+        "env_turns": [int(ep.num_turns) for ep in episodes],
+        "skillduet_episode": list(range(len(episodes))),
+    }

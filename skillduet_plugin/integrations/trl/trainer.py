@@ -1,0 +1,374 @@
+"""``SkillDuetGRPOTrainer``: GRPOTrainer with Local-skill OPD, Strength scoring and the Global in its rollouts.
+
+A thin mixin over TRL's private hooks (the pattern TRL's own GRPO subclasses use):
+
+- ``_generate_and_score_completions``: after TRL has rolled out and scored the batch, turn the rows into
+  trajectories, extract Local skills (main process, one batched analyzer call), compute the teacher
+  log-probs of each trajectory under its Local skill, and score the new skills with the rollout weights.
+- ``_get_per_token_logps_and_entropies``: capture the student log-probs of TRL's own loss forward, so the OPD
+  term needs no second student forward.
+- ``_compute_loss``: TRL's loss plus ``opd_coef * L_OPD``, scaled for gradient accumulation like TRL's.
+
+All method logic lives in ``core/`` and ``skills/``; this module only moves tensors and calls the lifecycle.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from trl import GRPOTrainer
+
+from skillduet_plugin.core.logprobs import response_logprobs
+from skillduet_plugin.core.opd import opd_loss
+from skillduet_plugin.integrations.trl.callback import SkillDuetCallback, SNAPSHOT_DIRNAME
+from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
+from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
+from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
+from skillduet_plugin.rollout.collector import to_trajectory
+from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
+
+
+class SkillDuetMixin:
+    """SkillDuet on top of a GRPOTrainer-like class (``class T(SkillDuetMixin, GRPOTrainer)``).
+
+    Args (besides the GRPOTrainer ones, passed through):
+        args: a :class:`SkillDuetGRPOConfig`.
+        reward_funcs: default: the environment reward minus the invalid-action penalty (:func:`make_env_reward`).
+        train_dataset: default: every task of ``envs.make(args.env_name, split="train", **args.env_kwargs)``.
+        lifecycle: a ``SkillLifecycle`` (default: built from ``args.skillduet`` with the bank at
+            ``<skill_bank_dir>/skill_bank.sqlite``, written by the main process only). None is used for plain
+            GRPO (``preset("grpo")``), which then runs no analyzer, teacher or scoring pass.
+        env_pool: an ``EnvPool``-like object (default: ``EnvPool(env_name, num_workers=env_workers, ...)``).
+        analyzer / synthesizer: LLM backends handed to the default lifecycle.
+        rollout_kwargs: extra keywords for ``rollout.collector.run_episodes`` (``system_prompt``, custom prompt and
+            action-projection functions for environments without ``envs.prompts`` entries).
+    """
+
+    def __init__(self, model: Any, args: SkillDuetGRPOConfig, *, reward_funcs: Any = None,
+                 train_dataset: Any = None, lifecycle: Any = None, env_pool: Any = None, analyzer: Any = None,
+                 synthesizer: Any = None, rollout_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not isinstance(args, SkillDuetGRPOConfig):
+            raise TypeError(f"args must be a SkillDuetGRPOConfig, got {type(args).__name__}")
+        if kwargs.get("rollout_func") is not None or kwargs.get("environment_factory") is not None:
+            raise ValueError("SkillDuetGRPOTrainer runs its own multi-turn rollout: do not pass rollout_func or "
+                             "environment_factory")
+        self.skillduet = args.skillduet_config
+        self.rollout_kwargs = dict(rollout_kwargs or {})
+        self.batch_rows: list[dict[str, Any]] | None = None
+        self.rollout_history: list[dict[str, Any]] = []
+        self.last_rollout: dict[str, Any] = {}
+        self._env_pool = env_pool
+        self._episodes: list = []
+        self._opd_capture = False
+        self._captured_logps: torch.Tensor | None = None
+        if reward_funcs is None:
+            reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
+        if train_dataset is None:
+            from skillduet_plugin import envs
+
+            with envs.make(args.env_name, split="train", **args.env_kwargs) as env:
+                train_dataset = task_dataset(env)
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                         rollout_func=self._skillduet_rollout, **kwargs)
+        self.chat = ChatTokenizer(self._tokenizer, args.chat_template_kwargs)
+        if lifecycle is None and not self.skillduet.is_plain_grpo:
+            from skillduet_plugin.skills.bank import BANK_FILENAME
+            from skillduet_plugin.skills.lifecycle import SkillLifecycle
+
+            lifecycle = SkillLifecycle(self.skillduet, Path(args.skill_bank_dir) / BANK_FILENAME,
+                                       tokenizer=self._tokenizer, analyzer=analyzer, synthesizer=synthesizer,
+                                       write=self.accelerator.is_main_process, env=args.env_name,
+                                       chat_template_kwargs=args.chat_template_kwargs,
+                                       policy_model=self.accelerator.unwrap_model(self.model))
+        self.lifecycle = lifecycle
+        if self.lifecycle is not None and self.skillduet.use_global and (
+                self.is_fsdp_enabled or getattr(self.accelerator.state, "deepspeed_plugin", None) is not None
+                and getattr(self.accelerator.state.deepspeed_plugin, "zero_stage", 0) == 3):
+            raise NotImplementedError("skill scoring runs on the main process only and needs whole weights: use "
+                                      "DDP or ZeRO-1/2 with the TRL adapter (or the verl adapter for sharded training)")
+        self.add_callback(SkillDuetCallback(self))
+
+    # ------------------------------------------------------------------ rollout
+    @property
+    def env_pool(self) -> Any:
+        if self._env_pool is None:
+            from skillduet_plugin.envs.pool import EnvPool
+
+            self._env_pool = EnvPool(self.args.env_name, num_workers=self.args.env_workers,
+                                     env_kwargs=self.args.env_kwargs)
+        return self._env_pool
+
+    def _skillduet_rollout(self, prompts: list, trainer: Any) -> dict[str, Any]:
+        rows = self.batch_rows
+        if rows is None or len(rows) != len(prompts):
+            raise RuntimeError("the SkillDuet rollout needs the batch's dataset rows (trainer.batch_rows); it is "
+                               "called from SkillDuetMixin._generate_and_score_completions only")
+        missing = [i for i, r in enumerate(rows) if "task_id" not in r]
+        if missing:
+            raise KeyError("dataset rows need a 'task_id' column: build the dataset with task_dataset()")
+        task_ids = [str(r["task_id"]) for r in rows]
+        self._episodes = play_batch(self, task_ids)
+        mode = "train" if self.model.training else "eval"
+        self.rollout_history.append({
+            "mode": mode, "step": self.state.global_step + (1 if mode == "train" else 0),
+            "task_ids": task_ids, "global_versions": [ep.global_version for ep in self._episodes]})
+        self._log_rollout_metrics(mode)
+        return rollout_output(self._episodes, self.chat.eos_token_id)
+
+    def _log_rollout_metrics(self, mode: str) -> None:
+        eps = self._episodes
+        local = torch.tensor([[float(e.won), float(e.invalid_actions), float(e.num_turns), float(e.truncated),
+                               float(e.error is not None)] for e in eps], dtype=torch.float32,
+                             device=self.accelerator.device)
+        means = self.accelerator.gather(local).mean(dim=0).tolist()
+        for name, value in zip(("won", "invalid_actions", "turns", "truncated", "errors"), means):
+            self._metrics[mode][f"env/{name}"].append(value)
+
+    # ------------------------------------------------------------------ after TRL's rollout and scoring
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self.batch_rows = inputs
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        cfg = self.skillduet
+        if self.lifecycle is None or (not cfg.extract_local and cfg.opd_coef == 0):
+            return output
+        batch, width = output["completion_ids"].shape
+        device = output["completion_ids"].device
+        has_skill = torch.zeros(batch, dtype=torch.float32, device=device)
+        teacher_prompts = [list(ep.tokens.prompt_ids) for ep in self._episodes]
+        # Skills made from validation rollouts never enter training: extraction and scoring run in train mode only.
+        local_skills: list[Skill | None] = [None] * batch
+        trajs: list[Trajectory] = []
+        if mode == "train" and cfg.extract_local:
+            step = self.state.global_step + 1
+            trajs = self._trajectories(output, step)
+            result = self._extract(trajs, step)
+            for i, traj in enumerate(trajs):
+                skill = result.skill_for(traj.traj_id)
+                if skill is None or self._episodes[i].error is not None:
+                    continue
+                local_skills[i] = skill
+                ep = self._episodes[i]
+                traj.local_skill_id = skill.skill_id
+                messages = self.lifecycle.teacher_messages(ep.prompt_messages, task=ep.task, scope=ep.scope,
+                                                           local_skill=skill, **_pinned(ep.global_version))
+                teacher_prompts[i] = self.chat.prompt_ids(messages)
+                has_skill[i] = 1.0
+            if cfg.use_global:
+                self._score(result.skills, trajs)
+            self._log_skill_metrics(mode, result, has_skill)
+        # What this process rolled out and distilled last, row by row (for inspection, reports and tests).
+        self.last_rollout = {"episodes": self._episodes, "trajectories": trajs, "local_skills": local_skills,
+                             "teacher_prompt_ids": teacher_prompts}
+        if cfg.opd_coef > 0:
+            mask = output["completion_mask"].float()
+            if "tool_mask" in output:
+                mask = mask * output["tool_mask"].float()
+            output["opd_mask"] = mask * has_skill[:, None]
+            tp_ids, tp_mask = _left_pad(teacher_prompts, self.chat.pad_token_id, device)
+            if self.args.teacher_at == "loss":
+                output["opd_teacher_prompt_ids"], output["opd_teacher_prompt_mask"] = tp_ids, tp_mask
+            else:
+                output["opd_teacher_logps"] = self._teacher_logps(
+                    self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill)
+        return output
+
+    def _trajectories(self, output: dict[str, Any], step: int) -> list[Trajectory]:
+        """This process's rows as trajectories, with their advantages and base log-probs when scoring needs them."""
+        advantages = output["advantages"]
+        if advantages.dim() > 1:
+            advantages = advantages.mean(dim=1)
+        base: Sequence[Sequence[float] | None] = [None] * len(self._episodes)
+        if self.skillduet.use_global:
+            base = self._base_logps(output)
+        offset = self.accelerator.process_index * len(self._episodes)
+        return [to_trajectory(ep, step=step, traj_id=f"{step}-{ep.task_id}-{offset + i}",
+                              advantage=float(advantages[i]), base_logps=base[i])
+                for i, ep in enumerate(self._episodes)]
+
+    def _base_logps(self, output: dict[str, Any]) -> list[list[float]]:
+        """log p(completion | student prompt) under the rollout weights: TRL's old log-probs when it kept them."""
+        lengths = [len(ep.tokens.completion_ids) for ep in self._episodes]
+        old = output.get("old_per_token_logps")
+        if old is not None:
+            return [old[i, :n].float().tolist() for i, n in enumerate(lengths)]
+        contexts = [ep.tokens.prompt_ids for ep in self._episodes]
+        responses = [ep.tokens.completion_ids for ep in self._episodes]
+        values = self._logprob_fn()(contexts, responses)
+        return [v.float().tolist() for v in values]
+
+    def _extract(self, trajs: list[Trajectory], step: int) -> ExtractionResult:
+        """Local skills for the whole step's trajectories: extracted on the main process, shared with all."""
+        from accelerate.utils import broadcast_object_list, gather_object
+
+        everyone = gather_object(trajs) if self.accelerator.num_processes > 1 else trajs
+        self._step_trajectories = everyone
+        holder: list[Any] = [None]
+        if self.accelerator.is_main_process:
+            holder[0] = self.lifecycle.extract(everyone, step)
+        if self.accelerator.num_processes > 1:
+            broadcast_object_list(holder, from_process=0)
+        return holder[0]
+
+    def _score(self, skills: Sequence[Skill], trajs: list[Trajectory]) -> None:
+        """Strength/Utility/Contrast of the new skills on held-out trajectories (main process, rollout weights)."""
+        if not skills or not self.accelerator.is_main_process:
+            return
+        model = self.accelerator.unwrap_model(self.model)
+        was_training = model.training
+        model.eval()
+        try:
+            self.lifecycle.score(skills, self._step_trajectories, self._logprob_fn())
+        finally:
+            model.train(was_training)
+
+    def _logprob_fn(self):
+        """``logprob_fn(contexts, responses)`` on the unwrapped policy, no grad, temperature-scaled like TRL."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        model = self.accelerator.unwrap_model(self.model)
+
+        def logprob_fn(contexts, responses) -> list[torch.Tensor]:
+            with torch.no_grad(), self.accelerator.autocast(), \
+                    disable_gradient_checkpointing(model, self.args.gradient_checkpointing_kwargs):
+                return response_logprobs(model, contexts, responses, token_budget=self.args.logprob_token_budget,
+                                         pad_token_id=self.chat.pad_token_id, temperature=self.args.temperature)
+
+        return logprob_fn
+
+    def _teacher_logps(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                       completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                       rows: torch.Tensor) -> torch.Tensor:
+        """Teacher log-probs ``(batch, completion_len)`` of the sampled tokens, for rows with ``rows > 0``.
+
+        Uses TRL's own log-prob pass (fused head, autocast, temperature), so teacher and student numbers come
+        from the same computation and differ only by the prompt. Rows without a Local skill stay 0 (masked).
+        """
+        from trl.models.utils import disable_gradient_checkpointing
+
+        out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
+        idx = torch.nonzero(rows > 0).flatten()
+        if idx.numel() == 0:
+            return out
+        # Drop the columns of left padding no selected row needs.
+        keep = int(prompt_mask[idx].sum(dim=1).max())
+        ids = torch.cat([prompt_ids[idx, -keep:], completion_ids[idx]], dim=1)
+        attn = torch.cat([prompt_mask[idx, -keep:], completion_mask[idx]], dim=1)
+        batch_size = self.args.per_device_train_batch_size if self.model.training else \
+            self.args.per_device_eval_batch_size
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, completion_ids.size(1),
+                                                                  batch_size=batch_size)
+        out[idx] = logps.float()
+        return out
+
+    def _log_skill_metrics(self, mode: str, result: ExtractionResult, has_skill: torch.Tensor) -> None:
+        share = self.accelerator.gather(has_skill.mean()[None]).mean().item()
+        self._metrics[mode]["opd/supervised_ratio"].append(share)
+        if self.accelerator.is_main_process:
+            self._metrics[mode]["skills/extracted"].append(float(len(result.skills)))
+            self._metrics[mode]["skills/analyzer_failures"].append(float(result.failures))
+            for key, value in (self.lifecycle.metrics() or {}).items():
+                if value is not None:
+                    name = key if key.startswith("skills/") else f"skills/{key}"
+                    self._metrics[mode][name].append(float(value))
+
+    # ------------------------------------------------------------------ loss
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                            *args, **kwargs)
+        if self._opd_capture:
+            self._captured_logps = result[0]
+        return result
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        if "opd_mask" not in inputs:
+            return super()._compute_loss(model, inputs)
+        cfg = self.skillduet
+        mode = "train" if self.model.training else "eval"
+        mask = inputs["opd_mask"]
+        teacher = inputs.get("opd_teacher_logps")
+        if teacher is None:
+            teacher = self._teacher_logps(model, inputs["opd_teacher_prompt_ids"], inputs["opd_teacher_prompt_mask"],
+                                          inputs["completion_ids"], inputs["completion_mask"], mask.sum(dim=1))
+        self._opd_capture, self._captured_logps = True, None
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._opd_capture = False
+        student, self._captured_logps = self._captured_logps, None
+        if student is None:
+            raise RuntimeError("the student log-probs of TRL's loss forward were not captured: "
+                               "GRPOTrainer._compute_loss no longer calls _get_per_token_logps_and_entropies")
+        opd, stats = opd_loss(student, teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
+        # TRL's loss is already divided for gradient accumulation; the OPD term (a per-micro-batch mean) gets
+        # the same treatment, as TRL's own entropy bonus does.
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        for key, value in stats.items():
+            self._metrics[mode][key].append(value)
+        return loss + cfg.opd_coef * opd.to(loss.dtype) / normalizer
+
+    # ------------------------------------------------------------------ skill bank across steps and checkpoints
+    def skillduet_end_step(self, step: int) -> None:
+        """After each optimizer step: consolidation on the main process, then every process sees the result."""
+        if self.lifecycle is None:
+            return
+        if self.accelerator.is_main_process:
+            self.lifecycle.end_step(step)
+        self._sync_bank()
+
+    def skillduet_snapshot(self, checkpoint_dir: str | os.PathLike) -> None:
+        if self.lifecycle is not None and self.accelerator.is_main_process:
+            self.lifecycle.snapshot(Path(checkpoint_dir) / SNAPSHOT_DIRNAME)
+        self.accelerator.wait_for_everyone()
+
+    def skillduet_restore(self, checkpoint_dir: str | os.PathLike) -> None:
+        """Restore the bank saved with ``checkpoint_dir`` (the Global and candidates of that step)."""
+        if self.lifecycle is None:
+            return
+        source = Path(checkpoint_dir) / SNAPSHOT_DIRNAME
+        if not source.is_dir():
+            raise FileNotFoundError(f"{checkpoint_dir} has no {SNAPSHOT_DIRNAME}/ skill bank snapshot: resuming "
+                                    "without it would pair the model of that step with a different Global")
+        if self.accelerator.is_main_process:
+            self.lifecycle.restore(source)
+        self._sync_bank()
+
+    def _sync_bank(self) -> None:
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process and hasattr(self.lifecycle, "reload"):
+            self.lifecycle.reload()
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            checkpoint = get_last_checkpoint(self.args.output_dir)
+        if checkpoint:
+            self.skillduet_restore(checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+
+class SkillDuetGRPOTrainer(SkillDuetMixin, GRPOTrainer):
+    """TRL's GRPOTrainer with SkillDuet (see :class:`SkillDuetMixin` for the added arguments)."""
+
+
+def _pinned(global_version: int | None) -> dict[str, int]:
+    # The teacher sees the Global version the student rolled out with, even if the bank moved on since.
+    return {} if global_version is None else {"global_version": global_version}
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids.to(device), mask.to(device)

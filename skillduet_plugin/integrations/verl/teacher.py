@@ -1,0 +1,131 @@
+"""Teacher batches for OPD and Strength scoring, run through verl's actor workers.
+
+A teacher row is the trajectory's skill-free first prompt with its Local skill inserted at message level by the
+lifecycle (``teacher_messages``), re-rendered with the chat template, followed by the *same* response tokens the
+policy produced (observations included, masked later). The task text is never cut: the lifecycle budgets only
+the skill. Rows go to ``actor_rollout_wg.compute_log_prob`` as a nested TensorDict (verl V1's layout), so the
+teacher is the current actor weights (theta_old) under the longer prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from skillduet_plugin.integrations.verl.batch import nested
+from skillduet_plugin.skills.types import ExtractionResult, Trajectory
+
+
+@dataclass
+class TeacherPlan:
+    """One teacher context per batch row; rows without a Local skill reuse the student prompt and are masked."""
+
+    contexts: list[list[int]]
+    responses: list[list[int]]
+    has_skill: list[bool]
+    skill_ids: list[str | None] = field(default_factory=list)
+
+    @property
+    def num_supervised(self) -> int:
+        return sum(self.has_skill)
+
+
+def plan_teacher_batch(student_prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                       trajectories: Sequence[tuple[int, Trajectory]], extraction: ExtractionResult,
+                       lifecycle: Any, chat: Any) -> TeacherPlan:
+    """Teacher context of every row of a batch.
+
+    Args:
+        student_prompts / responses: token ids per row, as rolled out.
+        trajectories: ``(row, Trajectory)`` of the rows that came from the ``skillduet_agent`` loop.
+        extraction: this step's Local skills; ``extraction.skill_for(traj_id)`` is a row's teacher skill.
+        lifecycle: ``SkillLifecycle`` (its ``teacher_messages`` inserts the Local skill at message level).
+        chat: ``ChatTokenizer`` of the policy.
+    """
+    if len(student_prompts) != len(responses):
+        raise ValueError(f"{len(student_prompts)} prompts but {len(responses)} responses")
+    contexts = [list(map(int, p)) for p in student_prompts]
+    has_skill = [False] * len(contexts)
+    skill_ids: list[str | None] = [None] * len(contexts)
+    for row, traj in trajectories:
+        skill = extraction.skill_for(traj.traj_id)
+        if skill is None or not traj.prompt_messages:
+            continue
+        messages = lifecycle.teacher_messages(traj.prompt_messages, task=traj.task, scope=traj.scope,
+                                              local_skill=skill)
+        contexts[row] = list(chat.prompt_ids(messages))
+        has_skill[row] = True
+        skill_ids[row] = skill.skill_id
+    return TeacherPlan(contexts=contexts, responses=[list(map(int, r)) for r in responses], has_skill=has_skill,
+                       skill_ids=skill_ids)
+
+
+def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
+                  temperature: float, pad_to_multiple: int = 1):
+    """A TensorDict for ``compute_log_prob`` in verl V1's no-padding layout.
+
+    Rows are repeated at the end until the count is a multiple of ``pad_to_multiple`` (the actor's data-parallel
+    size); returns ``(tensordict, real_rows)``.
+    """
+    from tensordict import TensorDict
+
+    from verl.utils import tensordict_utils as tu
+
+    if len(contexts) != len(responses) or not contexts:
+        raise ValueError(f"need as many contexts as responses (got {len(contexts)} and {len(responses)}), at least 1")
+    for i, ctx in enumerate(contexts):
+        if not ctx:
+            raise ValueError(f"contexts[{i}] is empty: every response needs a prompt")
+        if not responses[i]:
+            raise ValueError(f"responses[{i}] is empty")
+    real = len(contexts)
+    order = list(range(real)) + [real - 1] * ((-real) % max(1, pad_to_multiple))
+    prompt_rows = [torch.tensor(list(contexts[i]), dtype=torch.long) for i in order]
+    response_rows = [torch.tensor(list(responses[i]), dtype=torch.long) for i in order]
+    input_rows = [torch.cat([p, r]) for p, r in zip(prompt_rows, response_rows)]
+    td = TensorDict({
+        "prompts": nested(prompt_rows),
+        "responses": nested(response_rows),
+        "response_mask": nested([torch.ones_like(r) for r in response_rows]),
+        "input_ids": nested(input_rows),
+        "attention_mask": nested([torch.ones_like(x) for x in input_rows]),
+        "position_ids": nested([torch.arange(x.numel(), dtype=torch.long) for x in input_rows]),
+    }, batch_size=len(order))
+    tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False, temperature=float(temperature))
+    return td, real
+
+
+def split_response_logprobs(log_probs: torch.Tensor, contexts: Sequence[Sequence[int]],
+                            responses: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """Per row, the log-probs of the response tokens from the engine's nested full-sequence output.
+
+    Position ``j`` of a sequence holds log p(token ``j+1``), so response token ``k`` sits at
+    ``len(context) + k - 1``.
+    """
+    rows = list(log_probs.unbind()) if log_probs.is_nested else [log_probs[i] for i in range(log_probs.shape[0])]
+    out = []
+    for i in range(len(contexts)):
+        start = len(contexts[i]) - 1
+        out.append(rows[i][start: start + len(responses[i])].float().cpu())
+    return out
+
+
+def compute_response_logprobs(worker_group: Any, contexts: Sequence[Sequence[int]],
+                              responses: Sequence[Sequence[int]], *, temperature: float, dp_size: int,
+                              max_rows: int = 512) -> list[torch.Tensor]:
+    """log p(response | context) per row with the actor's current weights, in chunks of ``max_rows``."""
+    out: list[torch.Tensor] = []
+    for start in range(0, len(contexts), max_rows):
+        ctx, resp = contexts[start: start + max_rows], responses[start: start + max_rows]
+        td, real = logprob_batch(ctx, resp, temperature=temperature, pad_to_multiple=dp_size)
+        output = worker_group.compute_log_prob(td)
+        if hasattr(output, "get") and not isinstance(output, torch.Tensor) and not hasattr(output, "keys"):
+            output = output.get()  # a DataProtoFuture from a non-blocking call
+        out.extend(split_response_logprobs(output["log_probs"], ctx, resp)[:real])
+    return out
+
+
+__all__ = ["TeacherPlan", "compute_response_logprobs", "logprob_batch", "plan_teacher_batch",
+           "split_response_logprobs"]

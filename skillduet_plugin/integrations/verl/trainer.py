@@ -1,0 +1,224 @@
+"""The ``skillduet_sync`` trainer: verl's synchronous V1 PPO trainer plus the SkillDuet step.
+
+Per step, on top of ``PPOTrainerSync``: after the old log-probs, the step's trajectories go to Local extraction
+and every trajectory with a Local skill gets teacher log-probs (same response tokens, skill-augmented prompt,
+current actor weights); after the advantages, the Local skills are scored on held-out trajectories; the actor
+trains with the SkillDuet engine loss (installed once at init); after the rollout weights are synced, the
+lifecycle consolidates every ``consolidation_interval`` steps and the new Globals are published cluster-wide.
+The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and restored on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from skillduet_plugin.integrations.verl import TRAINER_NAME
+from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested, non_tensor_list, skillduet_record,
+                                                      tensor_rows, trajectory_advantages)
+from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn
+from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
+from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
+from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
+from skillduet_plugin.skills.types import ExtractionResult
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_SUBDIR = "skillduet"
+STATE_FILE = "verl_state.json"
+
+
+@register_trainer(TRAINER_NAME)
+class SkillDuetTrainer(PPOTrainerSync):
+    """``trainer.v1.trainer_mode=skillduet_sync``; reads the ``skillduet:`` config section."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.skillduet = settings_from_trainer_config(config)
+        self.lifecycle: Any = None
+        self.chat: Any = None
+        self.global_server: Any = None
+        self._extraction = ExtractionResult()
+        self._trajectories: list = []
+        self._scopes: set[str] = set()
+        self._checkpoint_folder: str | None = None
+
+    # ------------------------------------------------------------------ seams (overridden in tests)
+    def _tq_get(self, batch: Any, fields: list[str]) -> TensorDict:
+        import transfer_queue as tq
+
+        return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+
+    def _tq_put(self, batch: Any, fields: TensorDict) -> Any:
+        import transfer_queue as tq
+
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+
+    def _make_lifecycle(self, bank_path: str) -> Any:
+        from skillduet_plugin.skills.lifecycle import SkillLifecycle
+
+        return SkillLifecycle(self.skillduet.method, bank_path, tokenizer=self.tokenizer)
+
+    # ------------------------------------------------------------------ set-up
+    def _ensure_lifecycle(self) -> None:
+        if self.lifecycle is not None:
+            return
+        from skillduet_plugin.rollout.conversation import ChatTokenizer
+
+        template_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", None) or {})
+        self.chat = ChatTokenizer(self.tokenizer, template_kwargs)
+        path = self.skillduet.resolved_bank_path(self.config.trainer.default_local_dir)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.lifecycle = self._make_lifecycle(path)
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        self._ensure_lifecycle()
+        if self.global_steps > 0:
+            self._restore_skill_bank(self._resumed_folder())
+        return result
+
+    def _resumed_folder(self) -> str:
+        trainer = self.config.trainer
+        if trainer.resume_mode == "resume_path":
+            return os.path.abspath(trainer.resume_from_path)
+        return os.path.abspath(os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+
+    def on_init_end(self) -> None:
+        super().on_init_end()  # rollout weights after a checkpoint load
+        self._ensure_lifecycle()
+        method = self.skillduet.method
+        from verl.utils.config import omega_conf_to_dataclass
+
+        actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
+        self.actor_rollout_wg.set_loss_fn(make_loss_fn(actor_config, opd_coef=method.opd_coef,
+                                                       gate_beta=method.gate_beta))
+        self.global_server = create_server(self.skillduet.global_server)
+        self._publish_globals()
+
+    # ------------------------------------------------------------------ the step
+    def _actor_dp_size(self) -> int:
+        wg = self.actor_rollout_wg
+        if "actor" not in wg._dispatch_info:
+            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+        return max(wg._dispatch_info["actor"]) + 1
+
+    def _logprob_fn(self, contexts, responses) -> list[torch.Tensor]:
+        return compute_response_logprobs(self.actor_rollout_wg, contexts, responses,
+                                         temperature=self.config.actor_rollout_ref.rollout.temperature,
+                                         dp_size=self._actor_dp_size())
+
+    def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
+        batch = super()._compute_old_log_prob(batch, metrics)
+        method = self.skillduet.method
+        self._extraction, self._trajectories = ExtractionResult(), []
+        if not method.extract_local:
+            return batch
+        data = self._tq_get(batch, ["prompts", "responses", "response_mask", "old_log_probs", "extra_fields"])
+        prompts, responses = tensor_rows(data["prompts"]), tensor_rows(data["responses"])
+        masks, old = tensor_rows(data["response_mask"]), tensor_rows(data["old_log_probs"])
+        records = [skillduet_record(x) for x in non_tensor_list(data["extra_fields"])]
+        padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        self._trajectories = build_trajectories(batch.keys, records, prompts, responses, masks, old,
+                                                step=self.global_steps, skip=padding)
+        self._scopes.update(t.scope for _, t in self._trajectories)
+        self._extraction = self.lifecycle.extract([t for _, t in self._trajectories], self.global_steps)
+        metrics["skillduet/local_skills"] = len(self._extraction.skills)
+        metrics["skillduet/extraction_failures"] = self._extraction.failures
+        metrics["skillduet/trajectories"] = len(self._trajectories)
+        if method.opd_coef > 0:
+            batch = self._put_teacher_logprobs(batch, prompts, responses, masks, metrics)
+        return batch
+
+    def _put_teacher_logprobs(self, batch, prompts, responses, masks, metrics) -> Any:
+        plan = plan_teacher_batch(prompts, responses, self._trajectories, self._extraction, self.lifecycle,
+                                  self.chat)
+        rows = [i for i, ok in enumerate(plan.has_skill) if ok]
+        teacher = [torch.zeros(len(r), dtype=torch.float32) for r in plan.responses]
+        if rows:
+            values = self._logprob_fn([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
+            for i, value in zip(rows, values):
+                teacher[i] = value
+        opd_mask = [m.to(torch.float32) * float(ok) for m, ok in zip(masks, plan.has_skill)]
+        metrics["skillduet/opd_trajectory_ratio"] = plan.num_supervised / max(1, len(self._trajectories))
+        fields = TensorDict({TEACHER_LOGPROBS_KEY: nested(teacher), OPD_MASK_KEY: nested(opd_mask)},
+                            batch_size=len(teacher))
+        return self._tq_put(batch, fields)
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        batch = super()._compute_advantage(batch, metrics)
+        if not self._extraction.skills or not self._trajectories:
+            return batch
+        data = self._tq_get(batch, ["advantages", "response_mask"])
+        advantages = trajectory_advantages(tensor_rows(data["advantages"]), tensor_rows(data["response_mask"]))
+        for row, traj in self._trajectories:
+            traj.advantage = advantages[row]
+        # Scoring runs before the actor update: Delta is measured under the weights that rolled out.
+        self.lifecycle.score(self._extraction.skills, [t for _, t in self._trajectories], self._logprob_fn)
+        return batch
+
+    def on_step_end(self) -> None:
+        super().on_step_end()  # rollout replicas get the new weights first
+        self.lifecycle.end_step(self.global_steps)
+        self._publish_globals()
+        if self._checkpoint_folder is not None:
+            self._snapshot_skill_bank(self._checkpoint_folder, end_step_done=True)
+            self._checkpoint_folder = None
+        pending = dict(getattr(self, "_pending_sync_metrics", None) or {})
+        pending.update({f"skillduet/{k}": v for k, v in (self.lifecycle.metrics() or {}).items()})
+        self._pending_sync_metrics = pending
+
+    def _publish_globals(self) -> None:
+        if self.global_server is None or not self.skillduet.method.use_global or not self._scopes:
+            return
+        import ray
+
+        globals_by_scope = {s: global_to_dict(self.lifecycle.global_for(s)) for s in sorted(self._scopes)}
+        ray.get(self.global_server.publish.remote(globals_by_scope, int(self.global_steps)))
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self):
+        result = super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        # Saved now (pre-consolidation) and again after on_step_end's consolidation, so a crash in between
+        # still resumes consistently: the state file says whether this step's end_step has run.
+        self._snapshot_skill_bank(folder, end_step_done=False)
+        self._checkpoint_folder = folder
+        return result
+
+    def _snapshot_skill_bank(self, folder: str, *, end_step_done: bool) -> None:
+        target = os.path.join(folder, CHECKPOINT_SUBDIR)
+        os.makedirs(target, exist_ok=True)
+        self.lifecycle.snapshot(os.path.join(target, "bank"))
+        state = {"global_steps": int(self.global_steps), "end_step_done": end_step_done,
+                 "scopes": sorted(self._scopes)}
+        tmp = os.path.join(target, STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, os.path.join(target, STATE_FILE))
+
+    def _restore_skill_bank(self, folder: str) -> None:
+        target = os.path.join(folder, CHECKPOINT_SUBDIR)
+        state_path = os.path.join(target, STATE_FILE)
+        if not os.path.exists(state_path):
+            raise FileNotFoundError(f"{folder} has no SkillDuet skill bank ({state_path} is missing): it was not "
+                                    "written by the skillduet_sync trainer; resume from a SkillDuet checkpoint or "
+                                    "set trainer.resume_mode=disable")
+        with open(state_path) as f:
+            state = json.load(f)
+        self.lifecycle.restore(os.path.join(target, "bank"))
+        self._scopes = set(state.get("scopes", []))
+        if not state.get("end_step_done", True):
+            self.lifecycle.end_step(int(state["global_steps"]))
+        logger.info("skillduet: restored the skill bank of step %s from %s", state["global_steps"], target)
+
+
+__all__ = ["CHECKPOINT_SUBDIR", "STATE_FILE", "SkillDuetTrainer"]

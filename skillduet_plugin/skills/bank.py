@@ -1,0 +1,340 @@
+"""The persistent skill bank of a run: Local candidates with cached scores and every Global version, in SQLite.
+
+One writer (the trainer's main process) and any number of readers (other ranks, ``skillduet skills``) share the
+file: WAL journaling lets readers see the last committed state while the writer works, and every write is one
+transaction, so a crash leaves the bank as of the last complete call. Global versions are immutable rows.
+``snapshot``/``restore`` copy the bank with SQLite's backup API (atomic: a temporary file, then a rename), so a
+checkpoint at step k restores exactly the bank of step k.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from skillduet_plugin.skills.types import GlobalSkills, Skill
+
+BANK_FILENAME = "skill_bank.sqlite"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS candidates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    skill_id TEXT NOT NULL, scope TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+    step INTEGER NOT NULL, source_traj_ids TEXT NOT NULL, metadata TEXT NOT NULL,
+    strength REAL, utility REAL, contrast REAL, n_heldout INTEGER, score_note TEXT, scored_step INTEGER,
+    created_at REAL NOT NULL,
+    UNIQUE (skill_id, step));
+CREATE INDEX IF NOT EXISTS candidates_scope_step ON candidates (scope, step);
+CREATE TABLE IF NOT EXISTS global_versions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    scope TEXT NOT NULL, version INTEGER NOT NULL, step INTEGER NOT NULL, parent_version INTEGER,
+    items TEXT NOT NULL, text TEXT NOT NULL, selector TEXT NOT NULL, report TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (scope, version));
+CREATE TABLE IF NOT EXISTS consolidations (step INTEGER PRIMARY KEY, scopes TEXT NOT NULL, created_at REAL NOT NULL);
+"""
+
+SCORE_FIELDS = ("strength", "utility", "contrast")
+
+
+@dataclass
+class GlobalVersion:
+    """One immutable Global version of a scope, with the consolidation report that produced it."""
+
+    scope: str
+    version: int
+    step: int
+    parent_version: int | None
+    items: list[str]
+    text: str
+    selector: str
+    report: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    def as_global(self) -> GlobalSkills:
+        return GlobalSkills(scope=self.scope, version=self.version, text=self.text, items=list(self.items))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SkillBank:
+    """SQLite skill bank at ``path``. ``readonly=True`` never creates or writes the file (non-main processes);
+    until the writer has created it, a read-only bank reads as empty."""
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._connect()
+
+    # ------------------------------------------------------------------ connection
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._conn is not None:
+            return self._conn
+        if self.readonly and not self.path.exists():
+            return None
+        conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout=30000")
+        if self.readonly:
+            conn.execute("PRAGMA query_only=ON")
+        else:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self._conn = conn
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise PermissionError(f"skill bank {self.path} is opened read-only (write=False): writes are not allowed")
+        with self._lock:
+            conn = self._connect()
+            assert conn is not None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return []
+            try:
+                return conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.OperationalError as exc:
+                if self.readonly and "no such table" in str(exc):
+                    return []  # the writer created the file but not yet the schema
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0]["value"] if rows else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # ------------------------------------------------------------------ Local candidates
+    def add_candidates(self, skills: Sequence[Skill], step: int) -> int:
+        """Store Local candidates made at ``step``; a skill already stored for that step is kept once.
+        Returns how many rows were new."""
+        now = time.time()
+        added = 0
+        with self._write() as conn:
+            for s in skills:
+                cur = conn.execute(
+                    "INSERT OR IGNORE INTO candidates (skill_id, scope, kind, text, step, source_traj_ids, "
+                    "metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (s.skill_id, s.scope, s.kind, s.text, int(step), json.dumps(list(s.source_traj_ids)),
+                     json.dumps(s.metadata or {}, sort_keys=True, default=str), now))
+                added += cur.rowcount
+        return added
+
+    def record_scores(self, scores: dict[str, dict[str, Any]], step: int | None = None) -> int:
+        """Cache selector scores per skill_id on its latest candidate row (or its row of ``step``).
+
+        Each value may hold ``strength``/``utility``/``contrast`` (float or None), ``n_heldout`` and ``note``.
+        Returns the number of rows updated.
+        """
+        updated = 0
+        with self._write() as conn:
+            for skill_id, sc in scores.items():
+                where, params = ("skill_id = ? AND step = ?", (skill_id, int(step))) if step is not None else (
+                    "id = (SELECT MAX(id) FROM candidates WHERE skill_id = ?)", (skill_id,))
+                cur = conn.execute(
+                    f"UPDATE candidates SET strength = ?, utility = ?, contrast = ?, n_heldout = ?, "
+                    f"score_note = ?, scored_step = ? WHERE {where}",
+                    (sc.get("strength"), sc.get("utility"), sc.get("contrast"), sc.get("n_heldout"),
+                     sc.get("note"), sc.get("scored_step", step), *params))
+                updated += cur.rowcount
+        return updated
+
+    def candidates(self, *, scope: str | None = None, since_step: int | None = None,
+                   until_step: int | None = None) -> list[Skill]:
+        """Candidates (with cached scores in ``Skill.scores``) with ``since_step < step <= until_step``."""
+        sql, params = "SELECT * FROM candidates WHERE 1=1", []
+        if scope is not None:
+            sql += " AND scope = ?"
+            params.append(scope)
+        if since_step is not None:
+            sql += " AND step > ?"
+            params.append(int(since_step))
+        if until_step is not None:
+            sql += " AND step <= ?"
+            params.append(int(until_step))
+        return [_row_to_skill(r) for r in self._query(sql + " ORDER BY step, id", params)]
+
+    def last_consolidation_step(self, before_or_at: int | None = None) -> int | None:
+        """Step of the latest consolidation (at or before ``before_or_at``), None if there was none."""
+        if before_or_at is None:
+            rows = self._query("SELECT MAX(step) AS s FROM consolidations")
+        else:
+            rows = self._query("SELECT MAX(step) AS s FROM consolidations WHERE step <= ?", (int(before_or_at),))
+        return rows[0]["s"] if rows and rows[0]["s"] is not None else None
+
+    def recent_candidates(self, scope: str, until_step: int) -> list[Skill]:
+        """Candidates of ``scope`` made since the last consolidation before ``until_step``, up to it."""
+        last = self.last_consolidation_step(int(until_step) - 1)
+        return self.candidates(scope=scope, since_step=last, until_step=until_step)
+
+    def candidate_scopes(self, *, since_step: int | None = None, until_step: int | None = None) -> list[str]:
+        sql, params = "SELECT DISTINCT scope FROM candidates WHERE 1=1", []
+        if since_step is not None:
+            sql += " AND step > ?"
+            params.append(int(since_step))
+        if until_step is not None:
+            sql += " AND step <= ?"
+            params.append(int(until_step))
+        return [r["scope"] for r in self._query(sql + " ORDER BY scope", params)]
+
+    # ------------------------------------------------------------------ Global versions
+    def commit_consolidation(self, step: int, versions: Sequence[dict[str, Any]]) -> list[GlobalVersion]:
+        """Record a consolidation at ``step`` and its new Global versions in ONE transaction.
+
+        Each entry holds ``scope``, ``items``, ``text``, ``selector`` and ``report``; the version number and
+        parent are assigned here (1 for a scope's first Global).
+        """
+        now = time.time()
+        made: list[GlobalVersion] = []
+        with self._write() as conn:
+            for v in versions:
+                row = conn.execute("SELECT MAX(version) AS v FROM global_versions WHERE scope = ?",
+                                   (v["scope"],)).fetchone()
+                parent = row["v"] if row and row["v"] is not None else None
+                gv = GlobalVersion(scope=v["scope"], version=(parent or 0) + 1, step=int(step),
+                                   parent_version=parent, items=list(v["items"]), text=v["text"],
+                                   selector=v["selector"], report=dict(v.get("report") or {}), created_at=now)
+                conn.execute(
+                    "INSERT INTO global_versions (scope, version, step, parent_version, items, text, selector, "
+                    "report, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (gv.scope, gv.version, gv.step, gv.parent_version, json.dumps(gv.items), gv.text,
+                     gv.selector, json.dumps(gv.report, sort_keys=True, default=str), now))
+                made.append(gv)
+            conn.execute("INSERT OR REPLACE INTO consolidations (step, scopes, created_at) VALUES (?, ?, ?)",
+                         (int(step), json.dumps([v["scope"] for v in versions]), now))
+        return made
+
+    def current_global(self, scope: str) -> GlobalSkills:
+        """The latest Global of ``scope`` (version None and empty text before its first consolidation)."""
+        rows = self._query("SELECT * FROM global_versions WHERE scope = ? ORDER BY version DESC LIMIT 1", (scope,))
+        return _row_to_version(rows[0]).as_global() if rows else GlobalSkills(scope=scope, version=None, text="")
+
+    def global_at(self, scope: str, step: int) -> GlobalSkills:
+        """The Global of ``scope`` in force after step ``step`` (the latest version made at or before it)."""
+        rows = self._query("SELECT * FROM global_versions WHERE scope = ? AND step <= ? ORDER BY version DESC "
+                           "LIMIT 1", (scope, int(step)))
+        return _row_to_version(rows[0]).as_global() if rows else GlobalSkills(scope=scope, version=None, text="")
+
+    def global_version(self, scope: str, version: int) -> GlobalVersion | None:
+        rows = self._query("SELECT * FROM global_versions WHERE scope = ? AND version = ?", (scope, int(version)))
+        return _row_to_version(rows[0]) if rows else None
+
+    def history(self, scope: str | None = None) -> list[GlobalVersion]:
+        """Every Global version (of ``scope``), oldest first."""
+        if scope is None:
+            rows = self._query("SELECT * FROM global_versions ORDER BY step, scope, version")
+        else:
+            rows = self._query("SELECT * FROM global_versions WHERE scope = ? ORDER BY version", (scope,))
+        return [_row_to_version(r) for r in rows]
+
+    def scopes(self) -> list[str]:
+        """Scopes that have a Global or a candidate."""
+        rows = self._query("SELECT scope FROM global_versions UNION SELECT scope FROM candidates ORDER BY scope")
+        return [r["scope"] for r in rows]
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self, directory: str | os.PathLike) -> Path:
+        """Copy the bank to ``directory/skill_bank.sqlite`` atomically (temporary file, fsync, rename)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / BANK_FILENAME
+        tmp = directory / f".{BANK_FILENAME}.tmp-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        with self._lock:
+            src = self._connect()
+            dst = sqlite3.connect(str(tmp))
+            try:
+                if src is not None:
+                    src.backup(dst)
+                else:  # a reader before the writer made the file: snapshot an empty bank
+                    dst.executescript(_SCHEMA)
+                dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+                dst.commit()
+            finally:
+                dst.close()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        return final
+
+    def restore(self, directory: str | os.PathLike) -> None:
+        """Replace the whole bank with the snapshot in ``directory`` (made by :meth:`snapshot`)."""
+        source = Path(directory)
+        if source.is_dir():
+            source = source / BANK_FILENAME
+        if not source.is_file():
+            raise FileNotFoundError(f"no skill bank snapshot at {source}: pass the folder given to snapshot()")
+        if self.readonly:
+            self.close()  # readers just reopen; the writer restores the file itself
+            return
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        try:
+            with self._lock:
+                conn = self._connect()
+                assert conn is not None
+                src.backup(conn)
+                conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            src.close()
+
+    def rollback_to(self, step: int) -> None:
+        """Forget everything made after ``step`` (for a resume from a checkpoint that has no snapshot)."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM candidates WHERE step > ?", (int(step),))
+            conn.execute("DELETE FROM global_versions WHERE step > ?", (int(step),))
+            conn.execute("DELETE FROM consolidations WHERE step > ?", (int(step),))
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    return json.loads(text) if text else default
+
+
+def _row_to_skill(r: sqlite3.Row) -> Skill:
+    scores = {name: r[name] for name in SCORE_FIELDS}
+    metadata = _loads(r["metadata"], {})
+    metadata.update({"n_heldout": r["n_heldout"], "score_note": r["score_note"], "scored_step": r["scored_step"]})
+    return Skill(text=r["text"], scope=r["scope"], kind=r["kind"], source_traj_ids=tuple(_loads(r["source_traj_ids"], [])),
+                 step=r["step"], scores=scores, skill_id=r["skill_id"], metadata=metadata)
+
+
+def _row_to_version(r: sqlite3.Row) -> GlobalVersion:
+    return GlobalVersion(scope=r["scope"], version=r["version"], step=r["step"], parent_version=r["parent_version"],
+                         items=_loads(r["items"], []), text=r["text"], selector=r["selector"],
+                         report=_loads(r["report"], {}), created_at=r["created_at"])

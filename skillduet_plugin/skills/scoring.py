@@ -1,0 +1,137 @@
+"""Response-based scoring of Local candidates (Strength, Utility, Contrast) on held-out trajectories.
+
+For a candidate L, ``H_L`` holds trajectories that did not produce L (policy ``config.heldout``), capped at
+``config.max_heldout`` by a deterministic per-skill order. For each r in H_L the skill-conditioned log-probs of
+r's completion come from ONE batched ``logprob_fn`` call over every (L, r) pair of the round; the base
+log-probs are r's own old log-probs (``Trajectory.base_logps``) when present, otherwise they join the same call
+with r's student context. Needs no new environment interaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from skillduet_plugin.core.logprobs import pad_logprobs
+from skillduet_plugin.core.scores import contrast, response_shift, strength, utility
+from skillduet_plugin.skills.types import Skill, Trajectory
+
+LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
+ContextFn = Callable[[Trajectory, Skill | None], list[int]]
+
+
+@dataclass
+class SkillScore:
+    """Scores of one candidate; ``note`` says why a score is None (machine-readable, ``;``-separated)."""
+
+    skill_id: str
+    strength: float | None
+    utility: float | None
+    contrast: float | None
+    n_heldout: int
+    shifts: dict[str, float]
+    note: str = ""
+
+    def as_record(self) -> dict[str, float | int | str | None]:
+        return {"strength": self.strength, "utility": self.utility, "contrast": self.contrast,
+                "n_heldout": self.n_heldout, "note": self.note or None}
+
+
+def _scorable(t: Trajectory) -> bool:
+    return (t.split == "train" and bool(t.completion_ids) and t.completion_mask is not None
+            and any(t.completion_mask))
+
+
+def _order_key(skill_id: str, traj_id: str) -> str:
+    # A per-skill pseudo-random but reproducible order, so capped held-out sets differ across skills.
+    return hashlib.sha256(f"{skill_id}|{traj_id}".encode()).hexdigest()
+
+
+def heldout_set(skill: Skill, trajectories: Sequence[Trajectory], policy: str, max_heldout: int) -> list[Trajectory]:
+    """H_L: scorable trajectories that did not produce ``skill`` under ``policy``, at most ``max_heldout``.
+
+    ``same_scope``: same scope, not a source; ``same_scope_other_tasks``: also not the source task;
+    ``any``: every non-source trajectory. Validation trajectories never score (they carry no training signal).
+    """
+    sources = set(skill.source_traj_ids)
+    by_id = {t.traj_id: t for t in trajectories}
+    source_tasks = {by_id[s].task_id for s in sources if s in by_id}
+    if skill.metadata.get("task_id") is not None:
+        source_tasks.add(str(skill.metadata["task_id"]))
+    pool = []
+    for t in trajectories:
+        if t.traj_id in sources or not _scorable(t):
+            continue
+        if policy in ("same_scope", "same_scope_other_tasks") and t.scope != skill.scope:
+            continue
+        if policy == "same_scope_other_tasks" and t.task_id in source_tasks:
+            continue
+        if policy not in ("same_scope", "same_scope_other_tasks", "any"):
+            raise ValueError(f"heldout={policy!r} is invalid: allowed values are same_scope, "
+                             "same_scope_other_tasks, any")
+        pool.append(t)
+    pool.sort(key=lambda t: _order_key(skill.skill_id, t.traj_id))
+    return pool[:max_heldout]
+
+
+def score_skills(skills: Sequence[Skill], trajectories: Sequence[Trajectory], logprob_fn: LogprobFn,
+                 context_fn: ContextFn, *, policy: str, max_heldout: int) -> dict[str, SkillScore]:
+    """Score every skill on its held-out set with one ``logprob_fn`` call.
+
+    ``context_fn(r, L)`` returns the token ids of r's prompt with skill L inserted (``L=None``: the student
+    prompt, used only for trajectories without ``base_logps``).
+    """
+    pairs: list[tuple[Skill, Trajectory]] = []
+    heldout: dict[str, list[Trajectory]] = {}
+    for skill in skills:
+        heldout[skill.skill_id] = heldout_set(skill, trajectories, policy, max_heldout)
+        pairs.extend((skill, r) for r in heldout[skill.skill_id])
+    need_base = sorted({r.traj_id: r for _, r in pairs if r.base_logps is None}.values(), key=lambda r: r.traj_id)
+    contexts = [context_fn(r, s) for s, r in pairs] + [context_fn(r, None) for r in need_base]
+    responses = [list(r.completion_ids or []) for _, r in pairs] + [list(r.completion_ids or []) for r in need_base]
+    outputs = logprob_fn(contexts, responses) if contexts else []
+    if len(outputs) != len(contexts):
+        raise RuntimeError(f"logprob_fn returned {len(outputs)} tensors for {len(contexts)} sequences")
+    outputs = [o.detach().float().cpu().reshape(-1) for o in outputs]
+    base_of = {r.traj_id: outputs[len(pairs) + i] for i, r in enumerate(need_base)}
+
+    shifts_all = torch.empty(0)
+    if pairs:
+        skill_rows, base_rows, mask_rows = [], [], []
+        for (s, r), lp in zip(pairs, outputs):
+            n = len(r.completion_ids or [])
+            base = torch.tensor(r.base_logps, dtype=torch.float32) if r.base_logps is not None else base_of[r.traj_id]
+            mask = torch.tensor(r.completion_mask, dtype=torch.float32)
+            for name, vec in (("logprob_fn output", lp), ("base_logps", base), ("completion_mask", mask)):
+                if vec.shape[0] != n:
+                    raise ValueError(f"trajectory {r.traj_id}: {name} has {vec.shape[0]} entries but "
+                                     f"completion_ids has {n}; they must align token by token")
+            skill_rows.append(lp)
+            base_rows.append(base)
+            mask_rows.append(mask)
+        skill_lp, _ = pad_logprobs(skill_rows)
+        base_lp, _ = pad_logprobs(base_rows, length=skill_lp.shape[1])
+        mask_t, _ = pad_logprobs(mask_rows, length=skill_lp.shape[1])
+        shifts_all = response_shift(skill_lp, base_lp, mask_t)
+
+    results: dict[str, SkillScore] = {}
+    offset = 0
+    for skill in skills:
+        rs = heldout[skill.skill_id]
+        shifts = shifts_all[offset: offset + len(rs)].tolist()
+        offset += len(rs)
+        notes = []
+        if not rs:
+            notes.append("no_heldout")
+        s_val = strength(shifts)
+        u_val = utility(shifts, [float(r.advantage) for r in rs]) if rs else None
+        c_val = contrast(shifts, [bool(r.success) for r in rs]) if rs else None
+        if rs and c_val is None:
+            has_pos = any(r.success for r in rs)
+            notes.append("contrast_undefined:" + ("no_failure_heldout" if has_pos else "no_success_heldout"))
+        results[skill.skill_id] = SkillScore(skill.skill_id, s_val, u_val, c_val, len(rs),
+                                             {r.traj_id: v for r, v in zip(rs, shifts)}, ";".join(notes))
+    return results

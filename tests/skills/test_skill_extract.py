@@ -1,0 +1,111 @@
+"""Local extraction: pairing rule, assignment, one batched analyzer call, validation never a candidate."""
+
+from __future__ import annotations
+
+from skillduet_plugin.skills.extract import choose_pair, extract_local, plan_jobs
+from skillduet_plugin.skills.prompts import TEMPLATE_NAMES, load_template
+from skillduet_plugin.skills.render import ELISION_MARKER, render_trajectory
+
+from skills_fakes import FakeBackend, make_traj
+
+
+def test_pair_is_highest_reward_success_and_lowest_reward_failure_ties_by_id():
+    group = [make_traj("b", success=True, reward=1.0), make_traj("a", success=True, reward=1.0),
+             make_traj("c", success=True, reward=0.5), make_traj("f", reward=0.2), make_traj("e", reward=0.0),
+             make_traj("d", reward=0.0)]
+    success, failure = choose_pair(group)
+    assert success.traj_id == "a"  # tie at reward 1.0 -> smaller id
+    assert failure.traj_id == "d"  # tie at reward 0.0 -> smaller id
+    assert choose_pair([make_traj("x", success=True), make_traj("y", success=True)]) is None
+    assert choose_pair([make_traj("x"), make_traj("y")]) is None
+
+
+def test_paired_group_gives_one_shared_skill_assigned_to_every_member():
+    trajs = [make_traj("s1", success=True), make_traj("f1"), make_traj("f2")]
+    backend = FakeBackend()
+    result, stats = extract_local(trajs, 3, backend, max_chars=2000)
+    assert len(backend.batches) == 1 and len(backend.batches[0]) == 1
+    payload = backend.batches[0][0].payload
+    assert payload["kind"] == "local_pair"
+    assert (payload["success"]["traj_id"], payload["failure"]["traj_id"]) == ("s1", "f1")
+    assert payload["success"]["actions"] == ["go to sink s1", "take knife s1"]
+    assert payload["success"]["won"] is True and payload["env"] == "alfworld" and payload["scope"] == "clean"
+    assert [s.kind for s in result.skills] == ["shared"]
+    shared = result.skills[0]
+    assert shared.source_traj_ids == ("s1", "f1") and shared.step == 3
+    assert result.assignment == {"s1": shared.skill_id, "f1": shared.skill_id, "f2": shared.skill_id}
+    assert stats.requests == 1 and stats.assigned == 3
+
+
+def test_unpaired_groups_give_procedure_or_correction_per_trajectory_in_one_batch():
+    trajs = [make_traj("a1", "tA", success=True), make_traj("a2", "tA", success=True),
+             make_traj("b1", "tB"), make_traj("c1", "tC", success=True), make_traj("c2", "tC")]
+    backend = FakeBackend()
+    result, _ = extract_local(trajs, 1, backend, max_chars=2000)
+    assert len(backend.batches) == 1  # every request of the step in one generate call
+    kinds = [r.payload["kind"] for r in backend.batches[0]]
+    assert kinds == ["local_procedure", "local_procedure", "local_correction", "local_pair"]
+    by_traj = {tid: result.skill_for(tid) for tid in ("a1", "a2", "b1", "c1", "c2")}
+    assert by_traj["a1"].kind == "procedure" and by_traj["a1"].source_traj_ids == ("a1",)
+    assert by_traj["a2"].kind == "procedure" and by_traj["a1"].skill_id != by_traj["a2"].skill_id
+    assert by_traj["b1"].kind == "correction"
+    assert by_traj["c1"].skill_id == by_traj["c2"].skill_id and by_traj["c1"].kind == "shared"
+
+
+def test_validation_trajectories_never_become_candidates():
+    trajs = [make_traj("v1", "tV", success=True, split="val"), make_traj("v2", "tV", split="val"),
+             make_traj("t1", "tT")]
+    backend = FakeBackend()
+    result, stats = extract_local(trajs, 1, backend, max_chars=2000)
+    sent = [r.payload for r in backend.batches[0]]
+    assert len(sent) == 1 and sent[0]["trajectory"]["traj_id"] == "t1"
+    assert all("v" not in sid for s in result.skills for sid in s.source_traj_ids)
+    assert set(result.assignment) == {"t1"}
+    assert stats.skipped == {"validation_split": 2}
+
+
+def test_failed_and_rejected_answers_leave_trajectories_without_assignment():
+    answers = {"a": None, "b": "<skill><|im_end|></skill>", "c": "<skill>Open the fridge before cooling.</skill>"}
+    backend = FakeBackend(lambda p: answers[p["trajectory"]["traj_id"]])
+    trajs = [make_traj("a", "ta"), make_traj("b", "tb"), make_traj("c", "tc")]
+    result, stats = extract_local(trajs, 1, backend, max_chars=2000)
+    assert set(result.assignment) == {"c"}
+    assert result.failures == 1 and stats.rejected == 1
+    assert sorted(r for r, _ in result.rejected) == ["backend_failed", "empty"]
+    assert result.skills[0].text == "Open the fridge before cooling."
+
+
+def test_same_advice_twice_is_one_skill_with_both_sources():
+    backend = FakeBackend(lambda p: "<skill>Always open the drawer first.</skill>")
+    result, _ = extract_local([make_traj("a", "ta"), make_traj("b", "tb")], 1, backend, max_chars=2000)
+    assert len(result.skills) == 1 and result.skills[0].source_traj_ids == ("a", "b")
+    assert result.assignment["a"] == result.assignment["b"] == result.skills[0].skill_id
+
+
+def test_trajectories_without_actions_are_not_analysed():
+    jobs, skipped = plan_jobs([make_traj("a", actions=[])])
+    assert jobs == [] and skipped == {"no_actions": 1}
+
+
+def test_render_keeps_task_outcome_and_final_turns_and_elides_the_middle():
+    actions = [f"action number {i}" for i in range(200)]
+    t = make_traj("long", actions=actions, success=False)
+    text = render_trajectory(t, budget_tokens=120)
+    assert len(text.split()) <= 120
+    assert "action number 199" in text and "Outcome: failure" in text
+    assert "action number 0" in text  # the first turn is kept while it fits
+    assert "middle turn(s) omitted" in text and "action number 100" not in text
+    assert ELISION_MARKER.split("{")[0] in text
+    short = render_trajectory(make_traj("s", actions=["look"]), budget_tokens=120)
+    assert "omitted" not in short and "Action: look" in short
+
+
+def test_prompt_templates_are_package_data_with_placeholders():
+    for name in TEMPLATE_NAMES:
+        text = load_template(name)
+        assert "=== USER ===" in text
+    assert "{{success}}" in load_template("local_pair") and "{{failure}}" in load_template("local_pair")
+    trajs = [make_traj("s", success=True), make_traj("f")]
+    jobs, _ = plan_jobs(trajs)
+    user = jobs[0].request.messages[-1]["content"]
+    assert "Task: clean the t1 knife" in user and "go to sink s" in user and "{{" not in user

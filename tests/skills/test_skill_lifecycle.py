@@ -1,0 +1,143 @@
+"""The SkillLifecycle facade end to end over a few fake steps with a fake analyzer/synthesizer."""
+
+from __future__ import annotations
+
+import torch
+
+from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.skills.bank import BANK_FILENAME
+from skillduet_plugin.skills.lifecycle import SkillLifecycle, resolve_scope
+
+from skills_fakes import FakeBackend, make_traj
+
+SCOPES = ("clean", "heat")
+
+
+def _length_logprob_fn(contexts, responses):
+    """log p = -1 + 0.001 * len(context) per token: a skill's shift is 0.001 * its inserted token count."""
+    return [torch.full((len(r),), -1.0 + 0.001 * len(c)) for c, r in zip(contexts, responses)]
+
+
+def _step_trajectories(step: int, chat: ChatTokenizer, lc: SkillLifecycle) -> list:
+    trajs = []
+    for scope in SCOPES:
+        for task in range(2):
+            for k in range(3):
+                t = make_traj(f"{step}-{scope}{task}-{k}", f"{scope}-{task}", scope=scope, step=step,
+                              success=(k == 0 and task == 0), actions=["look", f"act {step} {scope} {task} {k}"],
+                              advantage=1.0 if k == 0 else -0.5)
+                t.prompt_ids = chat.prompt_ids(lc.student_messages(t.prompt_messages, task=t.task, scope=scope))
+                t.completion_ids = chat.encode("<action>look</action>") + [chat.eos_token_id]
+                t.completion_mask = [1] * len(t.completion_ids)
+                t.base_logps = [-1.0 + 0.001 * len(t.prompt_ids)] * len(t.completion_ids)
+                trajs.append(t)
+    trajs.append(make_traj(f"{step}-val", "clean-9", scope="clean", step=step, split="val"))
+    return trajs
+
+
+def _run(lc: SkillLifecycle, chat: ChatTokenizer, steps) -> list:
+    out = []
+    for step in steps:
+        trajs = _step_trajectories(step, chat, lc)
+        result = lc.extract(trajs, step)
+        lc.score(result.skills, trajs, _length_logprob_fn)
+        out.append((result, lc.end_step(step)))
+    return out
+
+
+def test_facade_over_fake_steps(tmp_path, tiny_tokenizer):
+    cfg = SkillDuetConfig(consolidation_interval=2, skill_token_budget=400)
+    analyzer, synthesizer = FakeBackend(), FakeBackend()
+    lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=analyzer,
+                        synthesizer=synthesizer, similarity=None)
+    chat = ChatTokenizer(tiny_tokenizer)
+    (r1, rep1), (r2, rep2) = _run(lc, chat, [1, 2])
+    # step 1: per scope one paired group (shared skill for 3 trajs) + one all-failure group (3 corrections)
+    assert sorted(s.kind for s in r1.skills) == ["correction"] * 6 + ["shared"] * 2
+    assert len(r1.assignment) == 12 and "1-val" not in r1.assignment
+    assert len(analyzer.batches) == 2 and len(analyzer.batches[0]) == 8
+    assert rep1 is None
+    assert [r.scope for r in rep2] == ["clean", "heat"] and all(r.version == 1 for r in rep2)
+    assert all(r.n_candidates == 8 and len(r.kept) == 4 for r in rep2)  # 2 steps x 4 candidates, top 50%
+    # strength = 0.001 * inserted tokens: the kept ones are the longest skills of their scope
+    cands = {s.skill_id: s for s in lc.bank.candidates(scope="clean")}
+    kept_strength = sorted(cands[k].scores["strength"] for k in rep2[0].kept)
+    rejected_strength = [cands[r["skill_id"]].scores["strength"] for r in rep2[0].rejected]
+    assert min(kept_strength) >= max(rejected_strength) > 0
+    g = lc.global_for("clean")
+    print(g.items)
+    assert g.version == 1 and g.items and all("heat" not in i for i in g.items)
+    prompt = make_traj("x", "clean-0").prompt_messages
+    student = lc.student_messages(prompt, task=make_traj("x", "clean-0").task, scope="clean")
+    assert "## Skills\n- " in student[1]["content"] and g.items[0] in student[1]["content"]
+    m = lc.metrics()
+    assert m["skills/global_items"] == sum(len(lc.global_for(s).items) for s in SCOPES)
+    assert m["skills/local_extracted"] == 16 and m["skills/analyzer_failures"] == 0
+    assert m["skills/skipped_validation"] == 2 and m["skills/strength_mean"] > 0
+    assert m["skills/global_tokens"] > 0 and m["skills/consolidations"] == 1
+
+
+def test_resume_from_snapshot_repeats_the_schedule_bit_for_bit(tmp_path, tiny_tokenizer):
+    cfg = SkillDuetConfig(consolidation_interval=2, selector="random", skill_token_budget=400)
+    chat = ChatTokenizer(tiny_tokenizer)
+
+    def lifecycle(path):
+        return SkillLifecycle(cfg, path, tokenizer=tiny_tokenizer, analyzer=FakeBackend(),
+                              synthesizer=FakeBackend(), similarity=None)
+
+    full = lifecycle(tmp_path / "full" / BANK_FILENAME)
+    _run(full, chat, [1, 2])
+    full.snapshot(tmp_path / "ckpt-2")
+    _run(full, chat, [3, 4])
+    resumed = lifecycle(tmp_path / "resumed" / BANK_FILENAME)
+    _run(resumed, chat, [1])  # state that the restore must discard
+    resumed.restore(tmp_path / "ckpt-2")
+    _run(resumed, chat, [3, 4])
+    for scope in SCOPES:
+        a, b = full.bank.history(scope), resumed.bank.history(scope)
+        assert [(v.version, v.step, v.items, v.report["kept"]) for v in a] == \
+               [(v.version, v.step, v.items, v.report["kept"]) for v in b]
+    assert [s.skill_id for s in full.bank.candidates()] == [s.skill_id for s in resumed.bank.candidates()]
+
+
+def test_reader_never_writes_and_reload_sees_new_globals(tmp_path, tiny_tokenizer):
+    path = tmp_path / BANK_FILENAME
+    cfg = SkillDuetConfig(consolidation_interval=1)
+    writer = SkillLifecycle(cfg, path, tokenizer=tiny_tokenizer, analyzer=FakeBackend(),
+                            synthesizer=FakeBackend(), similarity=None)
+    reader = SkillLifecycle(cfg, path, tokenizer=tiny_tokenizer, analyzer=FakeBackend(),
+                            synthesizer=FakeBackend(), write=False, similarity=None)
+    assert reader.global_for("clean").version is None
+    chat = ChatTokenizer(tiny_tokenizer)
+    _run(writer, chat, [1])
+    before = path.read_bytes(), sorted(p.name for p in tmp_path.iterdir())
+    trajs = _step_trajectories(2, chat, reader)
+    result = reader.extract(trajs, 2)
+    assert result.skills and reader.score(result.skills, trajs, _length_logprob_fn)
+    assert reader.end_step(2) is None
+    assert (path.read_bytes(), sorted(p.name for p in tmp_path.iterdir())) == before
+    assert reader.bank.candidates(since_step=1) == []
+    assert reader.global_for("clean").version == 1  # cached before? no: first read happened pre-commit
+    _run(writer, chat, [3])
+    assert reader.global_for("clean").version == 1  # cached until reload
+    reader.reload()
+    assert reader.global_for("clean").version == 2
+
+
+def test_analyzer_outage_never_raises_and_is_counted(tmp_path, tiny_tokenizer):
+    cfg = SkillDuetConfig(consolidation_interval=1)
+    lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer,
+                        analyzer=FakeBackend(lambda p: None), synthesizer=FakeBackend(lambda p: None),
+                        similarity=None)
+    chat = ChatTokenizer(tiny_tokenizer)
+    [(result, reports)] = _run(lc, chat, [1])
+    assert result.skills == [] and result.assignment == {} and result.failures == 8
+    assert reports == []  # no candidates: nothing to consolidate, no empty versions
+    assert lc.metrics()["skills/analyzer_failures"] == 8
+
+
+def test_resolve_scope():
+    assert resolve_scope("task_type", task_type="clean", task_id="g1") == "clean"
+    assert resolve_scope("task", task_type="clean", task_id="g1") == "g1"
+    assert resolve_scope("single", task_type="clean", task_id="g1") == "all"

@@ -1,0 +1,177 @@
+"""The adapter's loss on one real batch: GRPO + lambda * OPD, checked against an independent computation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import group_rows
+from trl import GRPOTrainer
+
+from skillduet_plugin.rollout.conversation import ChatTokenizer
+
+
+def _batch(trainer, drop_every_other_skill=True, task_index=3):
+    """One generation batch in train mode; half the rows lose their Local skill (no OPD for them)."""
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    if drop_every_other_skill:
+        extract = trainer.lifecycle.extract
+
+        def partial(trajs, step):
+            result = extract(trajs, step)
+            for t in trajs[1::2]:
+                result.assignment.pop(t.traj_id, None)
+            return result
+
+        trainer.lifecycle.extract = partial
+    torch.manual_seed(3)
+    inputs = trainer._generate_and_score_completions(group_rows(trainer, task_index))
+    # Rewards of a random policy tie, so GRPO's advantages are 0; fixed advantages make its gradient non-trivial.
+    inputs["advantages"] = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    return inputs
+
+
+def _plain_logps(model, prompt, completion, temperature):
+    """log p(completion | prompt) with a plain forward and log_softmax: (len(completion),)."""
+    ids = torch.tensor([list(prompt) + list(completion)])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(list(completion))[:, None]).squeeze(-1)
+
+
+def _grads(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+def _reference_opd(trainer, inputs):
+    """Independent OPD: own teacher/student forwards, own mask from the episodes, own gate and mean."""
+    model, chat = trainer.model, ChatTokenizer(trainer.processing_class)
+    rollout = trainer.last_rollout
+    width = inputs["completion_ids"].shape[1]
+    s_rows, t_rows, m_rows = [], [], []
+    for i, ep in enumerate(rollout["episodes"]):
+        completion = ep.tokens.completion_ids
+        s = _plain_logps(model, ep.tokens.prompt_ids, completion, trainer.args.temperature)
+        skill = rollout["local_skills"][i]
+        mask = torch.tensor(ep.tokens.completion_mask, dtype=torch.float32)
+        if skill is None:
+            t, mask = torch.zeros_like(s), torch.zeros_like(mask)
+        else:
+            teacher_prompt = chat.prompt_ids(trainer.lifecycle.teacher_messages(
+                ep.prompt_messages, task=ep.task, scope=ep.scope, local_skill=skill))
+            with torch.no_grad():
+                t = _plain_logps(model, teacher_prompt, completion, trainer.args.temperature)
+        pad = width - len(completion)
+        s_rows.append(torch.nn.functional.pad(s, (0, pad)))
+        t_rows.append(torch.nn.functional.pad(t, (0, pad)))
+        m_rows.append(torch.nn.functional.pad(mask, (0, pad)))
+    s, t, m = torch.stack(s_rows), torch.stack(t_rows), torch.stack(m_rows)
+    gate = torch.sigmoid(trainer.skillduet.gate_beta * (t - s.detach()))
+    return (m * gate * (t - s)).sum() / m.sum(), t, m
+
+
+def test_gradient_is_grpo_plus_lambda_times_independent_opd(make_trainer):
+    lam = 0.7
+    trainer = make_trainer(skillduet={"opd_coef": lam})
+    inputs = _batch(trainer)
+    model = trainer.model
+    ref_loss, ref_t, ref_m = _reference_opd(trainer, inputs)
+
+    # The batch carries exactly the independent mask and teacher log-probs (teacher = same completion tokens).
+    torch.testing.assert_close(inputs["opd_mask"], ref_m)
+    assert 0 < ref_m.sum() < inputs["completion_mask"].sum()  # some rows and env tokens are excluded
+    torch.testing.assert_close(inputs["opd_teacher_logps"] * ref_m, ref_t * ref_m, atol=2e-5, rtol=1e-5)
+
+    g_full = _grads(model, trainer._compute_loss(model, inputs))
+    plain = {k: v for k, v in inputs.items() if not k.startswith("opd_")}
+    g_grpo = _grads(model, GRPOTrainer._compute_loss(trainer, model, plain))
+    g_opd = _grads(model, ref_loss)
+    scale = max(g.abs().max().item() for g in g_opd)
+    assert scale > 1e-4 and max(g.abs().max().item() for g in g_grpo) > 1e-4
+    for full, grpo, opd in zip(g_full, g_grpo, g_opd):
+        torch.testing.assert_close(full - grpo, lam * opd, atol=1e-5 * max(1.0, scale), rtol=1e-3)
+    assert trainer._metrics["train"]["opd/loss"][-1] == pytest.approx(ref_loss.item(), abs=1e-5)
+
+
+def test_opd_term_is_scaled_like_trl_under_gradient_accumulation(make_trainer):
+    trainer = make_trainer(skillduet={"opd_coef": 1.0})
+    inputs = _batch(trainer)
+    plain = {k: v for k, v in inputs.items() if not k.startswith("opd_")}
+    with torch.no_grad():
+        grpo1 = GRPOTrainer._compute_loss(trainer, trainer.model, plain)
+        full1 = trainer._compute_loss(trainer.model, inputs)
+        trainer.current_gradient_accumulation_steps = 2
+        grpo2 = GRPOTrainer._compute_loss(trainer, trainer.model, plain)
+        full2 = trainer._compute_loss(trainer.model, inputs)
+    opd1, opd2 = (full1 - grpo1).item(), (full2 - grpo2).item()
+    assert opd1 != 0
+    assert opd2 == pytest.approx(opd1 / 2, rel=1e-4, abs=1e-7)
+
+
+def test_teacher_prompt_has_the_local_skill_and_the_student_prompt_does_not(make_trainer):
+    trainer = make_trainer(skillduet={"opd_coef": 0.5}, teacher_at="loss")
+    inputs = _batch(trainer, drop_every_other_skill=False)
+    tok = trainer.processing_class
+    skills = trainer.last_rollout["local_skills"]
+    assert all(s is not None for s in skills)
+    for i, skill in enumerate(skills):
+        student = tok.decode(inputs["prompt_ids"][i][inputs["prompt_mask"][i] == 1])
+        teacher = tok.decode(inputs["opd_teacher_prompt_ids"][i][inputs["opd_teacher_prompt_mask"][i] == 1])
+        first_line = skill.text.strip().splitlines()[0].lstrip("- ").strip()[:40]
+        assert first_line in teacher and first_line not in student
+        # Same conversation around the skill: the student prompt minus nothing but the inserted section.
+        assert teacher.startswith(student.split("Your task is to:")[0])
+    # teacher_at="loss": the live teacher pass inside the loss equals an independent forward on the same tokens.
+    ref_loss, ref_t, ref_m = _reference_opd(trainer, inputs)
+    live = trainer._teacher_logps(trainer.model, inputs["opd_teacher_prompt_ids"], inputs["opd_teacher_prompt_mask"],
+                                  inputs["completion_ids"], inputs["completion_mask"], inputs["opd_mask"].sum(1))
+    torch.testing.assert_close(live * ref_m, ref_t * ref_m, atol=2e-5, rtol=1e-5)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, inputs)
+    assert trainer._metrics["train"]["opd/loss"][-1] == pytest.approx(ref_loss.item(), abs=1e-5)
+
+
+def test_environment_tokens_carry_no_loss(make_trainer):
+    trainer = make_trainer(skillduet={"opd_coef": 1.0})
+    inputs = _batch(trainer, drop_every_other_skill=False)
+    env = (inputs["completion_mask"] == 1) & (inputs["tool_mask"] == 0)
+    assert env.sum() > 0  # the batch has environment turns
+    assert (inputs["opd_mask"][env] == 0).all()
+
+    captured = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def keep(*args, **kwargs):
+        out = original(*args, **kwargs)
+        if torch.is_grad_enabled():
+            out[0].retain_grad()
+            captured["s"] = out[0]
+        return out
+
+    trainer._get_per_token_logps_and_entropies = keep
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+    grad = captured["s"].grad
+    assert (grad[env] == 0).all()
+    policy = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+    assert (grad[policy] != 0).float().mean() > 0.9
+
+    # Garbage teacher values on environment tokens change nothing.
+    poisoned = copy.copy(inputs)
+    poisoned["opd_teacher_logps"] = inputs["opd_teacher_logps"].masked_fill(env, 50.0)
+    with torch.no_grad():
+        a = trainer._compute_loss(trainer.model, inputs)
+        b = trainer._compute_loss(trainer.model, poisoned)
+    assert a.item() == b.item()
+
+
+def test_invalid_actions_are_penalised_as_configured(make_trainer):
+    trainer = make_trainer(skillduet={"opd_coef": 0.1}, invalid_action_penalty=0.25, reward_scale=2.0)
+    _batch(trainer, drop_every_other_skill=False)
+    eps = trainer.last_rollout["episodes"]
+    expected = sum(2.0 * e.reward - 0.25 * e.invalid_actions for e in eps) / len(eps)
+    assert sum(e.invalid_actions for e in eps) > 0
+    assert trainer._metrics["train"]["rewards/env_reward/mean"][-1] == pytest.approx(expected)

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf, open_dict
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, PLUGIN_NAME, TRAINER_NAME
 
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config")
 STOCK_TRAINER_MODE = "sync"
 STOCK_AGENT_LOOP = "single_turn_agent"
 
@@ -92,9 +93,9 @@ def main(config: Any) -> None:
 def compose(overrides: Sequence[str] = ()) -> Any:
     """The composed config for ``overrides`` (as on the command line), with the plugin switch applied."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
+    from hydra import initialize_config_dir
 
-    with initialize_config_module(config_module="skillduet_plugin.config", version_base=None):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         config = hydra_compose(config_name="skillduet_trainer", overrides=list(overrides))
     apply_plugins(config)
     return config

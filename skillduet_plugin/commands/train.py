@@ -1,16 +1,44 @@
-"""``skillduet train``: placeholder until the TRL adapter lands (replaced by the TRL integration)."""
+"""``skillduet train [CONFIG] [key=value ...] [--output-dir DIR]``: one SkillDuet training run on TRL.
+
+With no arguments it runs the CPU demo: the tiny model, warm-started by behaviour cloning on generated ALFWorld
+games, then SkillDuet RL with the offline analyzer and a consolidation every 3 steps, with success measured on a
+fixed panel before and after. The run directory's path is the last line printed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="?", help="YAML config (default: the CPU demo)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides")
-    parser.add_argument("--output-dir", default=None)
+    parser.add_argument("config", nargs="?", default=None,
+                        help="YAML run config (default: the CPU demo); examples/ holds several")
+    parser.add_argument("overrides", nargs="*", default=[],
+                        help="dotted key=value overrides, e.g. steps=12 env=webshop skillduet.keep_ratio=0.25")
+    parser.add_argument("--output-dir", default=None, help="run directory (default: runs/<timestamp>-<name>)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("skillduet train: the CPU demo is not available in this build yet.")
-    return 2
+    from skillduet_plugin.config import ConfigError
+    from skillduet_plugin.runs.config import load_run_config
+
+    config_path, overrides = args.config, list(args.overrides)
+    if config_path is not None and "=" in config_path:  # `skillduet train steps=3`: no file, only overrides
+        config_path, overrides = None, [config_path] + overrides
+    try:
+        config = load_run_config(config_path, overrides, output_dir=args.output_dir)
+    except ConfigError as err:
+        print(f"skillduet train: {err}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.resolved_dict(), sort_keys=False), end="")
+        return 0
+    from skillduet_plugin.runs.trl_runner import run_training
+
+    run_dir = run_training(config)
+    print(run_dir, flush=True)
+    return 0

@@ -4,7 +4,8 @@ A response is *valid* when it has both a ``<think>...</think>`` block and an ``<
 contains no CJK characters and (ALFWorld, when the list is given) names an admissible action. An invalid
 response is still sent to the environment (its tagged action, else the text's last 30 characters), which
 answers ``Nothing happens.`` (ALFWorld) or leaves the page unchanged (WebShop); the trainer adds ``-coef`` to
-the reward of each invalid step (``INVALID_ACTION_PENALTY_COEF`` = 0.1, as in verl-agent's ``invalid_action_penalty_coef``).
+the reward of each invalid step (``INVALID_ACTION_PENALTY_COEF`` = 0.1, as verl-agent's
+``invalid_action_penalty_coef``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Trajectory parsing and environment-agnostic analysis shared by the offline analyzer's rules.
 
 A trajectory payload is ``{"traj_id", "task", "actions", "observations", "won", "reward"}``. Observations are
-either one per action (``observations[i]`` answers ``actions[i]``) or one more than the actions, the first being
-the initial observation.
+one per action (``observations[i]`` answers ``actions[i]``) or one more, the first being the initial
+observation; a missing last observation reads as empty. Raw environment text is best; an observation wrapped
+in a prompt turn is unwrapped.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ def parse_traj(data: Any, where: str) -> Traj:
     if not isinstance(observations, (list, tuple)) or not all(isinstance(o, str) for o in observations):
         raise PermanentError(f"payload[{where!r}]['observations'] must be a list of strings")
     initial = ""
-    if len(observations) == len(actions) + 1:
-        initial, observations = observations[0], observations[1:]
-    elif len(observations) != len(actions):
-        raise PermanentError(f"payload[{where!r}]: {len(actions)} actions need {len(actions)} observations "
-                             f"(or one more, the initial one), got {len(observations)}")
+    observations = [raw_observation(o) for o in observations]
+    if len(observations) > len(actions):
+        initial, observations = observations[0], observations[1:len(actions) + 1]
+    # A chat-derived view may lack the last observation (the episode ended on that action).
+    observations = observations + [""] * (len(actions) - len(observations))
     steps = tuple(Step(i, a.strip(), o.strip()) for i, (a, o) in enumerate(zip(actions, observations)))
     try:
         reward = float(data.get("reward", 0.0) or 0.0)
@@ -65,6 +66,17 @@ def parse_traj(data: Any, where: str) -> Traj:
         raise PermanentError(f"payload[{where!r}]['reward'] must be a number") from None
     return Traj(traj_id=str(data.get("traj_id", "")), task=str(data.get("task", "")), steps=steps,
                 won=bool(data.get("won", False)), reward=reward, initial_observation=initial.strip())
+
+
+_TEMPLATED_OBS = re.compile(r"current observation is:\s*(.*?)\s*(?:\n\s*Your admissible actions|$)",
+                            re.DOTALL | re.IGNORECASE)
+
+
+def raw_observation(text: str) -> str:
+    """The environment's own text when an observation comes wrapped in a prompt turn (verl-agent style
+    "... your current observation is: X\nYour admissible actions ...")."""
+    m = _TEMPLATED_OBS.search(text)
+    return m.group(1) if m else text
 
 
 def strip_instance(name: str) -> str:

@@ -19,6 +19,8 @@ _TAGS = re.compile(r"</?(?:skill|global)>", re.IGNORECASE)
 
 # Two items are near-duplicates at or above this overlap of content words.
 DUPLICATE_OVERLAP = 0.7
+# Over budget, synthesis merges items sharing a theme (at least this overlap) before dropping the newest.
+THEME_OVERLAP = 0.3
 
 
 def normalize(text: str) -> str:
@@ -75,9 +77,10 @@ def dedupe(items: Sequence[str], threshold: float = DUPLICATE_OVERLAP) -> list[s
     return kept
 
 
-def _merges(items: Sequence[str]) -> Iterator[list[str]]:
-    """Agglomerative merging: yields the representatives after each merge of the two most overlapping groups
-    (ties: earliest pair). A group is represented by its most specific item; groups keep first-seen order."""
+def _merges(items: Sequence[str]) -> Iterator[tuple[float, list[str]]]:
+    """Agglomerative merging: after each merge of the two most overlapping groups (ties: earliest pair), yields
+    that overlap and the representatives. A group is represented by its most specific item; groups keep
+    first-seen order."""
     groups: list[list[str]] = [[item] for item in items]
     while len(groups) > 1:
         best, pair = -1.0, (0, 1)
@@ -88,7 +91,7 @@ def _merges(items: Sequence[str]) -> Iterator[list[str]]:
                     best, pair = score, (i, j)
         i, j = pair
         groups[i].extend(groups.pop(j))
-        yield [max(g, key=_specificity) for g in groups]
+        yield best, [max(g, key=_specificity) for g in groups]
 
 
 def cluster(items: Sequence[str], target: int) -> list[str]:
@@ -96,7 +99,7 @@ def cluster(items: Sequence[str], target: int) -> list[str]:
     current = list(items)
     if len(current) <= target:
         return current
-    for current in _merges(items):
+    for _, current in _merges(items):
         if len(current) <= max(1, target):
             break
     return current
@@ -119,13 +122,16 @@ def fit_budget(items: Sequence[str], budget_tokens: int) -> list[str]:
 
 def synthesize(current: Sequence[str], new: Sequence[str], budget_tokens: int) -> list[str]:
     """Current items first, then new items in the order given, near-duplicates merged; when over budget,
-    overlapping items are merged further before the last ones are dropped."""
+    items sharing a theme are merged (the most specific wording kept) before the last ones are dropped."""
     items = dedupe([c for text in current for c in split_items(text)]
                    + [n for text in new for n in split_items(text)])
     if _cost(items) > budget_tokens:
-        for merged in _merges(items):
-            if _cost(merged) <= budget_tokens:
-                return merged
+        for score, merged in _merges(items):
+            if score < THEME_OVERLAP:
+                break  # what is left is unrelated: merging would just drop items by length, not by order
+            items = merged
+            if _cost(items) <= budget_tokens:
+                return items
     return fit_budget(items, budget_tokens)
 
 

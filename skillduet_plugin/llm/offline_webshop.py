@@ -241,5 +241,10 @@ def pair(task: WebTask, success: Traj, failure: Traj) -> list[str]:
     if d is not None and d < len(ss.useful) and d < len(fs.useful) and not lines:
         lines.append(f"First divergence: success did {ss.useful[d]}, failure did {fs.useful[d]}.")
     lines.append(procedure(task, success))
-    lines.extend(correction(task, failure)[:2])
+    # One extra correction at most, not one the key decision already states (Local skills are budgeted).
+    said_query = any(line.startswith("Search query:") for line in lines)
+    extra = [c for c in correction(task, failure)
+             if not (missing and c.startswith("Bought without selecting"))
+             and not (said_query and c.startswith("The query ["))]
+    lines.extend(extra[:1])
     return lines

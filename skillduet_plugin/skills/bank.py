@@ -231,6 +231,8 @@ class SkillBank:
                 gv = GlobalVersion(scope=v["scope"], version=(parent or 0) + 1, step=int(step),
                                    parent_version=parent, items=list(v["items"]), text=v["text"],
                                    selector=v["selector"], report=dict(v.get("report") or {}), created_at=now)
+                if "version" in gv.report:  # a consolidation report records the version it became
+                    gv.report["version"] = gv.version
                 conn.execute(
                     "INSERT INTO global_versions (scope, version, step, parent_version, items, text, selector, "
                     "report, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -330,7 +332,8 @@ def _row_to_skill(r: sqlite3.Row) -> Skill:
     scores = {name: r[name] for name in SCORE_FIELDS}
     metadata = _loads(r["metadata"], {})
     metadata.update({"n_heldout": r["n_heldout"], "score_note": r["score_note"], "scored_step": r["scored_step"]})
-    return Skill(text=r["text"], scope=r["scope"], kind=r["kind"], source_traj_ids=tuple(_loads(r["source_traj_ids"], [])),
+    return Skill(text=r["text"], scope=r["scope"], kind=r["kind"],
+                 source_traj_ids=tuple(_loads(r["source_traj_ids"], [])),
                  step=r["step"], scores=scores, skill_id=r["skill_id"], metadata=metadata)
 
 

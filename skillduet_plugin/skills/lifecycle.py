@@ -18,7 +18,7 @@ import torch
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
-from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope
+from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
 from skillduet_plugin.skills.extract import extract_local
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
@@ -152,7 +152,10 @@ class SkillLifecycle:
 
     # ------------------------------------------------------------------ extraction
     def extract(self, trajectories: Sequence[Trajectory], step: int) -> ExtractionResult:
-        """Local skills of this step via one batched analyzer call; stored as candidates (when writing)."""
+        """Local skills of this step via one batched analyzer call; stored as candidates (when writing).
+        With ``extract_local`` off (plain GRPO) nothing is analysed and the result is empty."""
+        if not self.config.extract_local:
+            return ExtractionResult()
         result, stats = extract_local(trajectories, step, self.analyzer, max_chars=self.config.max_skill_chars,
                                       special_tokens=self._special_tokens, env=self.env,
                                       render_tokens=self.render_tokens, tokenizer=self.tokenizer)
@@ -170,8 +173,21 @@ class SkillLifecycle:
                            "skills/assigned_ratio": stats.assigned / eligible})
         return result
 
+    def add_candidates(self, skills: Sequence[Skill], step: int,
+                       scores: dict[str, dict[str, Any]] | None = None) -> int:
+        """Store Local skills made elsewhere (e.g. gathered from other ranks, whose lifecycles do not write),
+        with their scores if given. Returns the number of new candidates."""
+        if not self.write:
+            raise PermissionError("add_candidates() on a lifecycle with write=False: only the main process "
+                                  "writes the skill bank; gather the skills to it")
+        added = self.bank.add_candidates(skills, step)
+        if scores:
+            self.bank.record_scores({sid: dict(sc, note=sc.get("note")) for sid, sc in scores.items()}, step=step)
+        return added
+
     # ------------------------------------------------------------------ scoring
-    def _chat(self) -> Any:
+    def chat_tokenizer(self) -> Any:
+        """The ``ChatTokenizer`` over the policy tokenizer that renders scoring contexts."""
         if self._chat_tokenizer is None:
             if self.tokenizer is None:
                 raise ValueError("score() needs the policy tokenizer: pass tokenizer= to SkillLifecycle")
@@ -192,7 +208,7 @@ class SkillLifecycle:
         else:
             msgs = self.teacher_messages(traj.prompt_messages, task=traj.task, scope=traj.scope, local_skill=skill,
                                          global_version=traj.global_version)
-        return self._chat().prompt_ids(msgs)
+        return self.chat_tokenizer().prompt_ids(msgs)
 
     def score(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
               logprob_fn: LogprobFn) -> dict[str, dict[str, float | None]]:
@@ -204,10 +220,13 @@ class SkillLifecycle:
         scores = score_skills(skills, trajectories, logprob_fn, self._context_ids, policy=self.config.heldout,
                               max_heldout=self.config.max_heldout)
         if self.write:
-            steps = {s.skill_id: s.step for s in skills}
-            for sid, sc in scores.items():
-                record = dict(sc.as_record(), scored_step=max((t.step for t in trajectories), default=None))
-                self.bank.record_scores({sid: record}, step=steps.get(sid))
+            scored_step = max((t.step for t in trajectories), default=None)
+            by_step: dict[int, dict[str, dict]] = {}
+            for s in skills:  # one transaction per candidate step (normally one per round)
+                by_step.setdefault(s.step, {})[s.skill_id] = dict(scores[s.skill_id].as_record(),
+                                                                  scored_step=scored_step)
+            for step, records in by_step.items():
+                self.bank.record_scores(records, step=step)
         strengths = [sc.strength for sc in scores.values() if sc.strength is not None]
         self._last["skills/strength_mean"] = sum(strengths) / len(strengths) if strengths else 0.0
         self._last["skills/strength_max"] = max(strengths, default=0.0)
@@ -219,13 +238,20 @@ class SkillLifecycle:
     # ------------------------------------------------------------------ consolidation
     def end_step(self, step: int) -> list[ConsolidationReport] | None:
         """After the update of ``step``: consolidate every scope with recent candidates when
-        ``step % consolidation_interval == 0``; returns the reports (None when it is not a consolidation step)."""
+        ``step % consolidation_interval == 0``; returns the reports (None when it is not a consolidation step,
+        or when ``use_global`` is off: the Local-only ablation never builds a Global)."""
+        if not self.config.use_global:
+            return None
         if not self.write:
             if step % self.config.consolidation_interval == 0:
                 self.reload()
             return None
         if step % self.config.consolidation_interval != 0:
             return None
+        if self.bank.last_consolidation_step(step) == step:
+            # Already consolidated at this step (a resume replaying end_step): the same versions, not new ones.
+            return [ConsolidationReport(**dict(v.report, version=v.version)) for v in self.bank.history()
+                    if v.step == step]
         last = self.bank.last_consolidation_step(step - 1)
         reports: list[ConsolidationReport] = []
         for scope in self.bank.candidate_scopes(since_step=last, until_step=step):
@@ -236,14 +262,15 @@ class SkillLifecycle:
                 seed=self.config.seed, budget_tokens=self.config.skill_token_budget, synthesizer=self.synthesizer,
                 tokenizer=self.tokenizer, max_chars=self.config.max_skill_chars,
                 special_tokens=self._special_tokens, similarity=self._similarity_fn()))
-        from skillduet_plugin.skills.consolidate import render_global
-
         versions = self.bank.commit_consolidation(step, [
             {"scope": r.scope, "items": r.items, "text": render_global(r.items), "selector": r.selector,
              "report": r.to_dict()} for r in reports])
         for r, v in zip(reports, versions):
             r.version = v.version
         self.reload()
+        for r in reports:
+            logger.info("step %d: Global %s v%s from %d candidates (kept %d, %d items, %d tokens)", step, r.scope,
+                        r.version, r.n_candidates, len(r.kept), len(r.items), r.tokens)
         self._counters["consolidations"] += 1
         self._counters["synthesizer_failures"] += sum(r.synthesizer_failures for r in reports)
         self._last["skills/consolidated_scopes"] = float(len(reports))

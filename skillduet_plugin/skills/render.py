@@ -64,8 +64,9 @@ def _clip(text: str, limit: int = _MAX_TURN_CHARS) -> str:
 def render_trajectory(traj: Trajectory, budget_tokens: int = DEFAULT_RENDER_TOKENS, tokenizer: Any = None) -> str:
     """Text of a trajectory for an analyzer prompt, within ``budget_tokens``.
 
-    The outcome line and the final turns are always kept; when the turns do not fit, turns are dropped from
-    the middle (the first turn is kept while it fits) and replaced by one elision marker.
+    The initial observation (``metadata["initial_observation"]``), the outcome line and the final turns are
+    always kept; when the turns do not fit, turns are dropped from the middle (the first turn is kept while it
+    fits) and replaced by one elision marker.
     """
     actions, observations = turns(traj)
     n = max(len(actions), len(observations))
@@ -75,7 +76,9 @@ def render_trajectory(traj: Trajectory, budget_tokens: int = DEFAULT_RENDER_TOKE
         obs = observations[i] if i < len(observations) else ""
         lines.append(f"Step {i + 1}. Action: {_clip(act)}\nObservation: {_clip(obs)}")
     outcome = f"Outcome: {'success' if traj.success else 'failure'} (reward {traj.reward:g})"
-    used = count_tokens(outcome, tokenizer)
+    initial = str((traj.metadata or {}).get("initial_observation") or "")
+    opening = [f"Initial observation: {_clip(initial)}"] if initial else []
+    used = count_tokens(outcome, tokenizer) + sum(count_tokens(x, tokenizer) + 1 for x in opening)
     total = used + sum(count_tokens(line, tokenizer) + 1 for line in lines)
     # Over budget: reserve room for the first turn (the agent's opening move) and the marker, when they fit
     # next to at least the last turn; then take turns from the end.
@@ -94,5 +97,5 @@ def render_trajectory(traj: Trajectory, budget_tokens: int = DEFAULT_RENDER_TOKE
     first_idx = n - len(tail)
     head = [lines[0]] if first_idx > 0 and reserve else []
     omitted = first_idx - len(head)
-    body = head + ([ELISION_MARKER.format(n=omitted)] if omitted > 0 else []) + tail
+    body = opening + head + ([ELISION_MARKER.format(n=omitted)] if omitted > 0 else []) + tail
     return "\n".join(body + [outcome])

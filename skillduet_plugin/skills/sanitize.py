@@ -31,6 +31,7 @@ _CONTROL_PATTERNS = [
     re.compile(r"</?s>"),                                   # sentencepiece bos/eos
     re.compile(r"<(?:start|end)_of_turn>"),                 # Gemma
     re.compile(r"</?think>", re.IGNORECASE),               # stray think tags left after block removal
+    re.compile(r"</?(?:skill|global)>", re.IGNORECASE),    # our own answer tags, never part of a skill
 ]
 # A line that is only a role header, e.g. "assistant", "<|im_start|>user" after token removal, "### Assistant:".
 _ROLE_HEADER = re.compile(r"^\s*(?:#+\s*)?(system|user|assistant|human|model|tool)\s*:?\s*$", re.IGNORECASE)
@@ -95,7 +96,8 @@ def degenerate_reason(text: str) -> str | None:
     return None
 
 
-def sanitize_skill(text: str | None, max_chars: int, special_tokens: Iterable[str] = ()) -> tuple[str | None, str | None]:
+def sanitize_skill(text: str | None, max_chars: int,
+                   special_tokens: Iterable[str] = ()) -> tuple[str | None, str | None]:
     """Clean one skill text: ``(clean_text, None)`` when usable, ``(None, reason)`` otherwise."""
     if text is None:
         return None, REJECT_BACKEND_FAILED

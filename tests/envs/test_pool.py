@@ -104,3 +104,23 @@ def test_bad_arguments_are_rejected():
         EnvPool("no-such-env")
     with pytest.raises(RuntimeError, match="closed"):
         pool.reset(["a"])
+
+
+def test_alfworld_group_rollouts_in_a_worker(alfworld_generated):
+    pytest.importorskip("alfworld")
+    kwargs = {"data_dir": str(alfworld_generated), "split": "train"}
+    from skillduet_plugin.envs import make
+
+    task = make("alfworld", **kwargs).tasks[0]
+    plan = make("alfworld", **kwargs).walkthrough(task)
+    with EnvPool("alfworld", num_workers=1, env_kwargs=kwargs) as pool:
+        group = pool.reset([task] * 3)  # a GRPO group: three episodes of one game
+        assert len({r.obs for r in group}) == 1 and group[0].info["task_id"] == task
+        res = pool.step([0, 1, 2], [plan[0], "look", "jump"])
+        assert res[0].obs.startswith("You arrive at") and res[2].obs == "Nothing happens."
+        assert res[1].obs.startswith("You are in the middle of a room.")
+        for command in plan[1:]:
+            (r,) = pool.step([0], [command])
+        assert r.done and r.info["won"] and r.reward == 1.0
+        (r1,) = pool.step([1], ["inventory"])  # the other members kept their own state
+        assert r1.obs == "You are not carrying anything." and not r1.done

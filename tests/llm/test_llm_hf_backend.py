@@ -71,8 +71,16 @@ def test_batched_left_padded_generation_matches_one_by_one(lively_model_dir):
     assert backend.calls == 3 and backend.failures == 0 and backend.attempts == 3
 
 
-def test_generation_stops_at_eos(lively_model_dir):
-    backend = make_backend(_cfg(str(lively_model_dir), max_tokens=10))
+@pytest.fixture()
+def lively(lively_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(lively_model_dir), AutoTokenizer.from_pretrained(lively_model_dir)
+
+
+def test_generation_stops_at_eos(lively):
+    model, tok = lively
+    backend = make_backend(_cfg("policy", max_tokens=10), policy_model=model, policy_tokenizer=tok)
     free = backend.generate_ids(CONVERSATIONS[:1])[0]
     assert len(free) == 10
     stop = free[4]
@@ -82,21 +90,23 @@ def test_generation_stops_at_eos(lively_model_dir):
     assert cut > 0 and stopped == free[:cut]
 
 
-def test_sampling_runs_with_temperature(lively_model_dir):
-    backend = make_backend(_cfg(str(lively_model_dir), temperature=1.0, max_tokens=6))
+def test_sampling_runs_with_temperature(lively):
+    model, tok = lively
+    backend = make_backend(_cfg("policy", temperature=1.0, max_tokens=6), policy_model=model, policy_tokenizer=tok)
     torch.manual_seed(0)
     rows = backend.generate_ids(CONVERSATIONS)
     assert all(0 < len(r) <= 6 for r in rows)
 
 
-def test_self_analyzer_mode_reuses_the_policy_and_restores_it(tiny_model, tiny_tokenizer):
-    tiny_model.train()
-    tiny_tokenizer.padding_side = "right"
-    backend = make_backend(_cfg("policy", max_tokens=4), policy_model=tiny_model, policy_tokenizer=tiny_tokenizer)
-    assert backend.model is tiny_model
+def test_self_analyzer_mode_reuses_the_policy_and_restores_it(lively):
+    model, tok = lively
+    model.train()
+    tok.padding_side = "right"
+    backend = make_backend(_cfg("policy", max_tokens=4), policy_model=model, policy_tokenizer=tok)
+    assert backend.model is model
     out = backend.generate([ChatRequest(messages=m) for m in CONVERSATIONS])
-    assert len(out) == 3 and all(isinstance(t, str) for t in out)
-    assert tiny_model.training and tiny_tokenizer.padding_side == "right"
+    assert len(out) == 3 and all(isinstance(t, str) and t for t in out)
+    assert model.training and tok.padding_side == "right"
 
 
 def test_policy_mode_needs_the_policy():

@@ -26,7 +26,8 @@ def test_exact_duplicates_keep_the_higher_scored_copy():
     assert low.skill_id == high.skill_id  # same fingerprint after normalisation
     unique, rejected = dedupe([low, high], selector="strength", threshold=0.9)
     assert [u.step for u in unique] == [2]
-    assert rejected == [{"skill_id": low.skill_id, "reason": "duplicate", "detail": "same text as the step-2 candidate"}]
+    assert rejected == [{"skill_id": low.skill_id, "reason": "duplicate",
+                         "detail": "same text as the step-2 candidate"}]
 
 
 def test_near_duplicates_by_lexical_similarity():

@@ -96,6 +96,8 @@ def test_render_keeps_task_outcome_and_final_turns_and_elides_the_middle():
     assert "action number 0" in text  # the first turn is kept while it fits
     assert "middle turn(s) omitted" in text and "action number 100" not in text
     assert ELISION_MARKER.split("{")[0] in text
+    t.metadata["initial_observation"] = "You are in the middle of a room."
+    assert render_trajectory(t, budget_tokens=120).startswith("Initial observation: You are in the middle")
     short = render_trajectory(make_traj("s", actions=["look"]), budget_tokens=120)
     assert "omitted" not in short and "Action: look" in short
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from skillduet_plugin.config import SkillDuetConfig
@@ -59,14 +62,17 @@ def test_facade_over_fake_steps(tmp_path, tiny_tokenizer):
     assert len(analyzer.batches) == 2 and len(analyzer.batches[0]) == 8
     assert rep1 is None
     assert [r.scope for r in rep2] == ["clean", "heat"] and all(r.version == 1 for r in rep2)
-    assert all(r.n_candidates == 8 and len(r.kept) == 4 for r in rep2)  # 2 steps x 4 candidates, top 50%
+    for r in rep2:  # 2 steps x 4 candidates; near-identical corrections deduplicated; top 50% of the rest
+        dups = [x for x in r.rejected if x["reason"] in ("duplicate", "near_duplicate")]
+        below = [x for x in r.rejected if x["reason"] == "below_top_k"]
+        assert r.n_candidates == 8 and dups and len(r.kept) == math.ceil((8 - len(dups)) / 2)
+        assert len(r.kept) + len(dups) + len(below) == 8
     # strength = 0.001 * inserted tokens: the kept ones are the longest skills of their scope
     cands = {s.skill_id: s for s in lc.bank.candidates(scope="clean")}
     kept_strength = sorted(cands[k].scores["strength"] for k in rep2[0].kept)
     rejected_strength = [cands[r["skill_id"]].scores["strength"] for r in rep2[0].rejected]
     assert min(kept_strength) >= max(rejected_strength) > 0
     g = lc.global_for("clean")
-    print(g.items)
     assert g.version == 1 and g.items and all("heat" not in i for i in g.items)
     prompt = make_traj("x", "clean-0").prompt_messages
     student = lc.student_messages(prompt, task=make_traj("x", "clean-0").task, scope="clean")
@@ -118,7 +124,7 @@ def test_reader_never_writes_and_reload_sees_new_globals(tmp_path, tiny_tokenize
     assert reader.end_step(2) is None
     assert (path.read_bytes(), sorted(p.name for p in tmp_path.iterdir())) == before
     assert reader.bank.candidates(since_step=1) == []
-    assert reader.global_for("clean").version == 1  # cached before? no: first read happened pre-commit
+    assert reader.global_for("clean").version == 1  # end_step of a consolidation step reloaded it
     _run(writer, chat, [3])
     assert reader.global_for("clean").version == 1  # cached until reload
     reader.reload()
@@ -141,3 +147,55 @@ def test_resolve_scope():
     assert resolve_scope("task_type", task_type="clean", task_id="g1") == "clean"
     assert resolve_scope("task", task_type="clean", task_id="g1") == "g1"
     assert resolve_scope("single", task_type="clean", task_id="g1") == "all"
+
+
+def test_with_the_offline_backend_and_a_tight_budget(tmp_path, tiny_tokenizer):
+    """The real deterministic offline analyzer/synthesizer (built from the config) through the whole facade."""
+    cfg = SkillDuetConfig(consolidation_interval=2, skill_token_budget=48)
+    lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer, similarity=None, env="alfworld")
+    chat = ChatTokenizer(tiny_tokenizer)
+    results = _run(lc, chat, [1, 2])
+    assert all(r.skills for r, _ in results)
+    reports = results[1][1]
+    assert reports and all(r.version == 1 for r in reports)
+    for r in reports:
+        g = lc.global_for(r.scope)
+        assert g.items and r.tokens <= 48
+        section = lc.student_messages(make_traj("x").prompt_messages, task=make_traj("x").task, scope=r.scope)
+        assert "## Skills" in section[1]["content"]
+    m = lc.metrics()
+    assert m["skills/analyzer_failures"] == 0 and m["skills/global_tokens"] <= 48 * len(reports)
+
+
+def test_plain_grpo_and_local_only_never_call_backends(tmp_path):
+    grpo = SkillLifecycle(SkillDuetConfig(opd_coef=0.0, use_global=False, extract_local=False),
+                          tmp_path / "a.sqlite", analyzer=FakeBackend(lambda p: 1 / 0), similarity=None)
+    assert grpo.extract([make_traj("a")], 1).skills == []
+    local_only = SkillLifecycle(SkillDuetConfig(use_global=False, consolidation_interval=1), tmp_path / "b.sqlite",
+                                analyzer=FakeBackend(), synthesizer=FakeBackend(lambda p: 1 / 0), similarity=None)
+    assert local_only.extract([make_traj("a")], 1).skills
+    assert local_only.end_step(1) is None and local_only.bank.history() == []
+
+
+def test_skills_gathered_from_other_ranks_are_stored_by_the_writer(tmp_path):
+    path = tmp_path / BANK_FILENAME
+    writer = SkillLifecycle(SkillDuetConfig(), path, analyzer=FakeBackend(), similarity=None)
+    reader = SkillLifecycle(SkillDuetConfig(), path, analyzer=FakeBackend(), write=False, similarity=None)
+    skills = reader.extract([make_traj("r1-a", "tA"), make_traj("r1-b", "tB")], 4)
+    assert len(skills.skills) == 2
+    with pytest.raises(PermissionError, match="write=False"):
+        reader.add_candidates(skills.skills, 4)
+    sid = skills.skills[0].skill_id
+    assert writer.add_candidates(skills.skills, 4, scores={sid: {"strength": 0.25, "n_heldout": 3}}) == 2
+    stored = {s.skill_id: s for s in writer.bank.candidates(until_step=4)}
+    assert stored[sid].scores["strength"] == 0.25 and stored[sid].metadata["n_heldout"] == 3
+
+
+def test_end_step_is_idempotent_for_a_replayed_step(tmp_path, tiny_tokenizer):
+    lc = SkillLifecycle(SkillDuetConfig(consolidation_interval=1), tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer,
+                        analyzer=FakeBackend(), synthesizer=FakeBackend(), similarity=None)
+    [(_, first)] = _run(lc, ChatTokenizer(tiny_tokenizer), [1])
+    again = lc.end_step(1)
+    assert [(r.scope, r.version, r.items, r.kept) for r in again] == [(r.scope, r.version, r.items, r.kept)
+                                                                        for r in first]
+    assert [v.version for v in lc.bank.history("clean")] == [1]

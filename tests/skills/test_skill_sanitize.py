@@ -57,3 +57,15 @@ def test_global_answer_parsing_with_and_without_tags():
     assert parse_global_answer("Sure:\nfirst item\nsecond item") == ["first item", "second item"]
     assert parse_global_answer(None) is None
     assert parse_global_answer("<think>- hidden</think><global>- shown</global>") == ["shown"]
+
+
+def test_pathological_100kb_answers_are_handled_quickly():
+    hostile = ["<|im_start|>" * 9000, "<think>" * 15000, "<skill>" * 15000, "[INST]</s>" * 10000,
+               "<skill>" + "<think>a" * 13000 + "</skill>"]
+    start = time.perf_counter()
+    for raw in hostile:
+        assert len(raw) >= 90_000
+        text, reason = sanitize_skill(parse_skill_answer(raw), 4000)
+        assert text is None and reason in ("empty", "too_short", "repetitive", "no_letters")
+        assert parse_global_answer(raw) is not None
+    assert time.perf_counter() - start < 2.0

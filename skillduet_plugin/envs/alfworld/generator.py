@@ -29,7 +29,7 @@ from skillduet_plugin.envs.alfworld.rooms import (
 )
 from skillduet_plugin.envs.alfworld.tasks import GAME_FILE, LAYOUT_DIR, LONG_TASK_TYPES, SCOPES
 
-DEFAULT_N_PER_TYPE: dict[str, int] = {"train": 12, "valid_seen": 4, "valid_unseen": 4, "valid_train": 4}
+DEFAULT_N_PER_TYPE: dict[str, int] = {"train": 8, "valid_seen": 4, "valid_unseen": 4, "valid_train": 4}
 MAX_ATTEMPTS = 50
 _COMPLETE = ".complete"
 

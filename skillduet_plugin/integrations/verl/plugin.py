@@ -28,6 +28,10 @@ REGISTRATIONS: dict[str, str] = {
     "verl.trainer.ppo.v1": "skillduet_plugin.integrations.verl.trainer",
     "verl.experimental.agent_loop": "skillduet_plugin.integrations.verl.agent_loop",
 }
+# verl module -> compatibility fix applied right after verl imports it
+COMPAT_FIXES: dict[str, str] = {
+    "verl.models.transformers.monkey_patch": "skillduet_plugin.integrations.verl.plugin:_fix_trl_value_head",
+}
 #: (our module, formatted error) of every registration that failed in this process
 FAILURES: list[tuple[str, str]] = []
 _lock = threading.Lock()
@@ -52,6 +56,32 @@ def _register(module: str) -> None:
         importlib.import_module(module)
     except Exception as exc:  # reported loudly, never swallowed
         _report(module, exc)
+
+
+def _fix_trl_value_head() -> None:
+    """verl 0.9.1 patches TRL's ``AutoModelForCausalLMWithValueHead`` whenever TRL is installed, but TRL >= 1.x
+    no longer ships that class, so building any FSDP model fails with ImportError next to TRL 1.16 (our TRL
+    adapter's dependency). verl only needs the patch for TRL value-head models, which SkillDuet never builds;
+    tell verl TRL is absent in that case."""
+    module = sys.modules["verl.models.transformers.monkey_patch"]
+    try:
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+        return
+    except ImportError:
+        pass
+    try:
+        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+        return
+    except ImportError:
+        module.is_trl_available = lambda: False
+
+
+def _run_fix(target: str) -> None:
+    module_name, _, attr = target.partition(":")
+    try:
+        getattr(importlib.import_module(module_name), attr)()
+    except Exception as exc:
+        _report(target, exc)
 
 
 class _HookedLoader(importlib.abc.Loader):
@@ -101,12 +131,14 @@ _finder = _PostImportFinder()
 def install() -> None:
     """Register now what verl already imported, hook the rest (idempotent)."""
     with _lock:
-        for package, module in REGISTRATIONS.items():
+        actions = [(package, lambda m=module: _register(m)) for package, module in REGISTRATIONS.items()]
+        actions += [(package, lambda t=target: _run_fix(t)) for package, target in COMPAT_FIXES.items()]
+        for package, action in actions:
             if package in sys.modules:
                 _finder.pending.pop(package, None)
-                _register(module)
+                action()
             elif package not in _finder.pending:
-                _finder.pending[package] = lambda module=module: _register(module)
+                _finder.pending[package] = action
         if _finder.pending and _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
 

@@ -85,10 +85,12 @@ def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     prompt_rows = [torch.tensor(list(contexts[i]), dtype=torch.long) for i in order]
     response_rows = [torch.tensor(list(responses[i]), dtype=torch.long) for i in order]
     input_rows = [torch.cat([p, r]) for p, r in zip(prompt_rows, response_rows)]
+    ones = [torch.ones_like(r) for r in response_rows]
     td = TensorDict({
         "prompts": nested(prompt_rows),
         "responses": nested(response_rows),
-        "response_mask": nested([torch.ones_like(r) for r in response_rows]),
+        "response_mask": nested(ones),
+        "loss_mask": nested(ones),  # verl V1 stores loss_mask = response_mask
         "input_ids": nested(input_rows),
         "attention_mask": nested([torch.ones_like(x) for x in input_rows]),
         "position_ids": nested([torch.arange(x.numel(), dtype=torch.long) for x in input_rows]),

@@ -1,0 +1,156 @@
+"""``skillduet skills show|history|diff|export RUN_DIR``: inspect a run's skill bank (read-only)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    show = sub.add_parser("show", help="the current Global of every scope (or one scope)")
+    show.add_argument("run_dir", help="run folder holding skill_bank.sqlite (or the .sqlite file itself)")
+    show.add_argument("--scope", default=None, help="only this scope")
+    hist = sub.add_parser("history", help="every Global version: step, parent, selector, kept/rejected")
+    hist.add_argument("run_dir")
+    hist.add_argument("--scope", default=None)
+    diff = sub.add_parser("diff", help="what changed between two Global versions of a scope")
+    diff.add_argument("run_dir")
+    diff.add_argument("--from", dest="from_version", type=int, required=True, help="older version number")
+    diff.add_argument("--to", dest="to_version", type=int, required=True, help="newer version number")
+    diff.add_argument("--scope", default=None, help="required when the bank has more than one scope")
+    export = sub.add_parser("export", help="the whole bank as JSON or Markdown")
+    export.add_argument("run_dir")
+    export.add_argument("--format", choices=("json", "md"), default="md")
+    export.add_argument("--out", default=None, help="write to this file instead of standard output")
+    export.add_argument("--scope", default=None)
+
+
+def open_bank(run_dir: str):
+    """The bank of a run folder (or a bank file), read-only; exits with a clear message when absent."""
+    from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
+
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / BANK_FILENAME
+    if not path.is_file():
+        raise SystemExit(f"skillduet skills: no skill bank at {path} (a run folder holds {BANK_FILENAME})")
+    return SkillBank(path, readonly=True)
+
+
+def _console():
+    try:
+        from rich.console import Console
+
+        console = Console()
+        # Piped output (files, tests, CI logs) gets room for the whole table instead of 80 folded columns.
+        return console if console.is_terminal else Console(width=200)
+    except ImportError:  # rich is a dependency; keep plain output working anyway
+        return None
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    console = _console()
+    if console is not None:
+        from rich.table import Table
+
+        table = Table(title=title)
+        for c in columns:
+            table.add_column(c, overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+        return
+    print(title)
+    print("\t".join(columns))
+    for r in rows:
+        print("\t".join(r))
+
+
+def _show(bank, scope: str | None) -> int:
+    scopes = [scope] if scope else bank.scopes()
+    if not scopes:
+        print("The skill bank is empty.")
+        return 0
+    from skillduet_plugin.skills.budget import count_tokens
+
+    rows = []
+    for sc in scopes:
+        g = bank.current_global(sc)
+        n_cands = len(bank.candidates(scope=sc))
+        rows.append([sc, "–" if g.version is None else str(g.version), str(len(g.items)),
+                     str(count_tokens(g.text)), str(n_cands)])
+    _table("Current Global per scope", ["scope", "version", "items", "words", "candidates"], rows)
+    for sc in scopes:
+        g = bank.current_global(sc)
+        if g.version is None:
+            continue
+        print(f"\n[{sc}] Global version {g.version}:")
+        for item in g.items:
+            print(f"  - {item}")
+    return 0
+
+
+def _history(bank, scope: str | None) -> int:
+    versions = bank.history(scope)
+    if not versions:
+        print("No Global versions yet.")
+        return 0
+    rows = []
+    for v in versions:
+        rep = v.report or {}
+        rows.append([v.scope, str(v.version), str(v.step), "–" if v.parent_version is None else str(v.parent_version),
+                     v.selector, str(rep.get("n_candidates", "–")), str(len(rep.get("kept", []))),
+                     str(len(rep.get("rejected", []))), str(len(v.items)), str(rep.get("synthesizer_failures", 0)),
+                     str(len(rep.get("dropped_items", [])))])
+    _table("Global versions", ["scope", "version", "step", "parent", "selector", "candidates", "kept", "rejected",
+                               "items", "synth. failures", "dropped"], rows)
+    return 0
+
+
+def _diff(bank, scope: str | None, a: int, b: int) -> int:
+    from skillduet_plugin.skills.export import diff_versions
+
+    scopes = [scope] if scope else sorted({v.scope for v in bank.history()})
+    if len(scopes) > 1:
+        print(f"skillduet skills diff: the bank has several scopes ({', '.join(scopes)}); pick one with --scope",
+              file=sys.stderr)
+        return 2
+    if not scopes:
+        print("No Global versions yet.", file=sys.stderr)
+        return 2
+    try:
+        lines = diff_versions(bank, scopes[0], a, b)
+    except ValueError as exc:
+        print(f"skillduet skills diff: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines) if lines else f"versions {a} and {b} of {scopes[0]} have the same items")
+    return 0
+
+
+def _export(bank, fmt: str, out: str | None, scope: str | None) -> int:
+    from skillduet_plugin.skills.export import export_json, export_markdown
+
+    text = export_json(bank, scope=scope) if fmt == "json" else export_markdown(bank, scope=scope)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    bank = open_bank(args.run_dir)
+    try:
+        if args.action == "show":
+            return _show(bank, args.scope)
+        if args.action == "history":
+            return _history(bank, args.scope)
+        if args.action == "diff":
+            return _diff(bank, args.scope, args.from_version, args.to_version)
+        return _export(bank, args.format, args.out, args.scope)
+    finally:
+        bank.close()

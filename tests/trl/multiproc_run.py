@@ -1,0 +1,51 @@
+"""Two-process SkillDuet run on CPU (gloo), launched by test_trl_multiprocess.py; writes one JSON per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    from skillduet_plugin.envs import register_env
+    from skillduet_plugin.integrations.trl import (CPU_SAFE_DEFAULTS, SkillDuetGRPOConfig, SkillDuetGRPOTrainer,
+                                                   task_dataset)
+    from skillduet_plugin.rollout.toy import ToyEnv, toy_rollout_kwargs
+
+    register_env("toy", "skillduet_plugin.rollout.toy:make_toy")
+    args = SkillDuetGRPOConfig(**{**CPU_SAFE_DEFAULTS, "output_dir": out_dir, "num_generations": 4,
+                                  "per_device_train_batch_size": 2, "max_completion_length": 48, "max_steps": 3,
+                                  "env_name": "toy", "max_turns": 2, "max_new_tokens_per_turn": 8,
+                                  "save_strategy": "no", "seed": 0, "disable_tqdm": True, "use_cpu": True,
+                                  "ddp_backend": "gloo",
+                                  "skillduet": {"consolidation_interval": 1, "opd_coef": 0.2}})
+    trainer = SkillDuetGRPOTrainer(model=model_dir, args=args, train_dataset=task_dataset(ToyEnv()),
+                                   rollout_kwargs=toy_rollout_kwargs())
+    gathered = []
+    extract = trainer._extract
+
+    def counting(trajs, step):
+        result = extract(trajs, step)
+        gathered.append({"local": len(trajs), "all": len(trainer._step_trajectories), "skills": len(result.skills),
+                         "assigned": sum(1 for t in trajs if result.skill_for(t.traj_id) is not None)})
+        return result
+
+    trainer._extract = counting
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    report = {"rank": rank, "world": trainer.accelerator.num_processes, "writes": trainer.lifecycle.write,
+              "readonly_bank": trainer.lifecycle.bank.readonly, "extract": gathered,
+              "history": [h for h in trainer.rollout_history if h["mode"] == "train"],
+              "globals": {s: trainer.lifecycle.global_for(s).version for s in ("open", "fetch")}}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
+        json.dump(report, fh)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

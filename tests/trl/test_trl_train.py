@@ -1,0 +1,134 @@
+"""Whole training runs of SkillDuetGRPOTrainer on the tiny model: end to end, resume, ablations, config."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from conftest import group_rows
+
+from skillduet_plugin.config import ConfigError, preset
+from skillduet_plugin.integrations.trl import SNAPSHOT_DIRNAME, make_env_reward, task_dataset
+from skillduet_plugin.rollout.toy import TOY_TASKS, ToyEnv
+from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
+
+
+def _train_steps(history):
+    return [h for h in history if h["mode"] == "train"]
+
+
+def _globals(bank_path):
+    bank = SkillBank(bank_path, readonly=True)
+    try:
+        return [(v.scope, v.version, v.step, v.text) for v in bank.history()]
+    finally:
+        bank.close()
+
+
+@pytest.mark.slow
+def test_end_to_end_then_resume_reproduces_the_schedule(make_trainer, tmp_path):
+    common = dict(max_steps=4, save_strategy="steps", save_steps=2, max_completion_length=64, max_turns=2,
+                  skillduet={"consolidation_interval": 2, "opd_coef": 0.2})
+    run_a = make_trainer(out_dir=tmp_path / "a", **common)
+    run_a.train()
+    hist_a = _train_steps(run_a.rollout_history)
+    assert [h["step"] for h in hist_a] == [1, 2, 3, 4]
+    # The Global is consolidated after step 2 (interval 2) and guides steps 3-4; steps 1-2 ran without one.
+    assert all(v is None for h in hist_a[:2] for v in h["global_versions"])
+    assert all(v == 1 for h in hist_a[2:] for v in h["global_versions"])
+    bank_a = tmp_path / "a" / BANK_FILENAME
+    versions_a = _globals(bank_a)
+    assert {(scope, version, step) for scope, version, step, _ in versions_a} >= {
+        (TOY_TASKS[t][0], 1, 2) for t in hist_a[0]["task_ids"] + hist_a[1]["task_ids"]}
+    assert (tmp_path / "a" / "checkpoint-2" / SNAPSHOT_DIRNAME / BANK_FILENAME).is_file()
+    logged = {k for entry in run_a.state.log_history for k in entry}
+    assert {"opd/loss", "opd/gate_mean", "skills/local_extracted", "env/won"} <= logged
+
+    # Resume from step 2 in a fresh folder: the bank comes from the checkpoint, not from run A's live bank.
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "checkpoint-2", tmp_path / "b" / "checkpoint-2")
+    run_b = make_trainer(out_dir=tmp_path / "b", **common)
+    run_b.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
+    hist_b = _train_steps(run_b.rollout_history)
+    assert [h["step"] for h in hist_b] == [3, 4]
+    assert [h["task_ids"] for h in hist_b] == [h["task_ids"] for h in hist_a[2:]]
+    assert [h["global_versions"] for h in hist_b] == [h["global_versions"] for h in hist_a[2:]]
+    assert _globals(tmp_path / "b" / BANK_FILENAME) == versions_a
+    for pa, pb in zip(run_a.model.parameters(), run_b.model.parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=0)  # same data, Global and samples: same weights
+
+
+def test_resume_without_a_bank_snapshot_fails_clearly(make_trainer, tmp_path):
+    trainer = make_trainer(out_dir=tmp_path / "c")
+    (tmp_path / "c" / "checkpoint-1").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="skill bank snapshot"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "c" / "checkpoint-1"))
+
+
+def test_plain_grpo_preset_skips_every_skill_pass(make_trainer, monkeypatch):
+    trainer = make_trainer(skillduet=preset("grpo").to_dict(), max_steps=1, max_completion_length=48)
+    assert trainer.lifecycle is None
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("plain GRPO must not run the analyzer, teacher or scoring pass")
+
+    for name in ("_extract", "_teacher_logps", "_score", "_base_logps"):
+        monkeypatch.setattr(trainer, name, forbidden)
+    trainer.train()
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    assert "loss" in logged and not any(k.startswith(("opd/", "skills/")) for k in logged)
+
+
+def test_ablations_come_from_config_alone(make_trainer, monkeypatch):
+    # Local-only: OPD with Local skills, no Global in prompts, no scoring for consolidation.
+    local_only = make_trainer(skillduet=preset("local_only").to_dict(), max_completion_length=48)
+    local_only.model.train()
+    monkeypatch.setattr(local_only.lifecycle, "score", lambda *a, **k: pytest.fail("Local-only scores nothing"))
+    batch = local_only._generate_and_score_completions(group_rows(local_only, 0))
+    assert batch["opd_mask"].sum() > 0
+    assert all(v is None for v in local_only.rollout_history[-1]["global_versions"])
+
+    # opd_coef=0: extraction and scoring still run (the Global evolves), no OPD tensors reach the loss.
+    no_opd = make_trainer(out_dir=local_only.args.output_dir + "-noopd", skillduet={"opd_coef": 0.0},
+                          max_completion_length=48)
+    no_opd.model.train()
+    scored = []
+    original = no_opd.lifecycle.score
+    monkeypatch.setattr(no_opd.lifecycle, "score", lambda *a, **k: scored.append(1) or original(*a, **k))
+    batch = no_opd._generate_and_score_completions(group_rows(no_opd, 0))
+    assert scored and not any(k.startswith("opd_") for k in batch)
+
+    # The selector reaches the lifecycle unchanged.
+    rnd = make_trainer(out_dir=local_only.args.output_dir + "-rnd", skillduet=preset("random").to_dict())
+    assert rnd.lifecycle.config.selector == "random"
+
+
+def test_config_errors_name_the_field(tmp_path):
+    from conftest import small_args
+
+    with pytest.raises(ConfigError, match=r"skillduet\.selector='best'"):
+        small_args(tmp_path, skillduet={"selector": "best"})
+    with pytest.raises(ConfigError, match="skillduet.*unknown SkillDuet setting.*opd_lambda"):
+        small_args(tmp_path, skillduet={"opd_lambda": 0.1})
+    with pytest.raises(ConfigError, match="teacher_at='later'"):
+        small_args(tmp_path, teacher_at="later")
+    with pytest.raises(ConfigError, match="max_turns=0"):
+        small_args(tmp_path, max_turns=0)
+    with pytest.raises(ConfigError, match="invalid_action_penalty=-1"):
+        small_args(tmp_path, invalid_action_penalty=-1)
+    args = small_args(tmp_path, skillduet={"selector": "utility"})
+    assert args.skillduet_config.selector == "utility" and args.skillduet["selector"] == "utility"
+    assert args.skill_bank_dir == str(tmp_path)
+    assert args.to_dict()["skillduet"]["selector"] == "utility"  # stays plain data for TRL's logging
+
+
+def test_task_dataset_and_env_reward():
+    ds = task_dataset(ToyEnv(), repeat=2)
+    assert ds.column_names == ["prompt", "task_id", "scope"]
+    assert ds["task_id"] == list(TOY_TASKS) * 2
+    assert ds["scope"][:4] == ["open", "open", "open", "fetch"]
+    reward = make_env_reward(invalid_action_penalty=0.1, reward_scale=10.0)
+    assert reward([], [], env_reward=[1.0, 0.0], invalid_actions=[0, 3]) == pytest.approx([10.0, -0.3])
+    with pytest.raises(KeyError, match="env_reward"):
+        reward([], [])

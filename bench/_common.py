@@ -141,7 +141,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repeat: seconds (tests only)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per configuration (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds before timing (default 1)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (default 1: on a shared, oversubscribed machine a second "
+                             "OpenMP thread that gets descheduled stalls every op; 0 = torch's default)")
     parser.add_argument("--json", default=None, help="also write the full results to this JSON file")
     return parser
 
@@ -153,7 +155,7 @@ def repeats_of(args: argparse.Namespace) -> int:
 
 
 def apply_threads(args: argparse.Namespace) -> None:
-    if args.threads is not None:
+    if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)

@@ -174,3 +174,58 @@ def test_hf_generate_fn_sampling_is_seeded(chat, tiny_model):
     b = fn(ctx, 8)
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
     assert all(g.logps is None for g in a)
+
+
+class AlfLikePool:
+    """Two-step fake with ALFWorld-shaped info, to exercise the default envs.prompts / envs.projection path."""
+
+    def __init__(self):
+        self.steps = []
+
+    def _info(self, won=False):
+        return {"admissible_actions": ["look", "go to desk 1", "inventory"], "won": won, "score": float(won),
+                "task_type": "pick", "task": "put a mug in desk."}
+
+    def reset(self, task_ids):
+        from skillduet_plugin.rollout.toy import ToyStepResult
+
+        return [ToyStepResult(obs="You are in the middle of a room.", info=self._info()) for _ in task_ids]
+
+    def step(self, ids, actions):
+        from skillduet_plugin.rollout.toy import ToyStepResult
+
+        self.steps.append(list(actions))
+        won = len(self.steps) == 2
+        return [ToyStepResult(obs="You arrive at desk 1.", reward=10.0 if won else 0.0, done=won, info=self._info(won))
+                for _ in ids]
+
+
+def test_default_prompts_and_projection_are_the_env_modules(chat):
+    from skillduet_plugin.envs.prompts import initial_messages, turn_message
+
+    answer = "<think>the mug may be on the desk</think><action>go to desk 1</action>"
+    gen = ScriptedGenerator(chat, [[answer], ["<action>look</action>"]])
+    pool = AlfLikePool()
+    (ep,) = run_episodes(["g0"], env_name="alfworld", pool=pool, generate_fn=gen, chat=chat, max_turns=5,
+                         max_new_tokens=64, max_total_tokens=4096)
+    assert ep.prompt_messages == initial_messages("alfworld", task="put a mug in desk.",
+                                                  observation="You are in the middle of a room.",
+                                                  admissible_actions=["look", "go to desk 1", "inventory"])
+    assert pool.steps == [["go to desk 1"], ["look"]]
+    assert ep.valid == [True, False]  # the second answer has no <think> block
+    assert ep.won and ep.reward == 10.0 and ep.scope == "pick"
+    expected_turn = turn_message("alfworld", observation="You arrive at desk 1.",
+                                 admissible_actions=["look", "go to desk 1", "inventory"], step=2)
+    assert ep.messages[2] == {"role": "user", "content": expected_turn}
+
+
+def test_scope_follows_the_lifecycle_scope_setting(chat, tmp_path, tiny_tokenizer):
+    from skillduet_plugin.config import SkillDuetConfig
+    from skillduet_plugin.skills.lifecycle import SkillLifecycle
+
+    lifecycle = SkillLifecycle(SkillDuetConfig(scope="task"), tmp_path / "bank.sqlite", tokenizer=tiny_tokenizer)
+    gen = ScriptedGenerator(chat, [["<action>open box</action>"] * 2])
+    eps = _run(chat, gen, ["toy-0", "toy-4"], lifecycle=lifecycle, max_turns=1)
+    assert [e.scope for e in eps] == ["toy-0", "toy-4"]
+    assert all(e.global_version is None for e in eps)  # nothing consolidated yet
+    assert eps[0].student_messages == eps[0].prompt_messages

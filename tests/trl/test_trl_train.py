@@ -12,6 +12,7 @@ from skillduet_plugin.config import ConfigError, preset
 from skillduet_plugin.integrations.trl import SNAPSHOT_DIRNAME, make_env_reward, task_dataset
 from skillduet_plugin.rollout.toy import TOY_TASKS, ToyEnv
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
+from skillduet_plugin.skills.inject import GLOBAL_HEADER
 
 
 def _train_steps(history):
@@ -42,6 +43,9 @@ def test_end_to_end_then_resume_reproduces_the_schedule(make_trainer, tmp_path):
     assert {(scope, version, step) for scope, version, step, _ in versions_a} >= {
         (TOY_TASKS[t][0], 1, 2) for t in hist_a[0]["task_ids"] + hist_a[1]["task_ids"]}
     assert (tmp_path / "a" / "checkpoint-2" / SNAPSHOT_DIRNAME / BANK_FILENAME).is_file()
+    last = run_a.last_rollout["episodes"][0]
+    assert GLOBAL_HEADER in last.student_messages[-1]["content"]
+    assert GLOBAL_HEADER not in last.prompt_messages[-1]["content"]
     logged = {k for entry in run_a.state.log_history for k in entry}
     assert {"opd/loss", "opd/gate_mean", "skills/local_extracted", "env/won"} <= logged
 

@@ -139,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         scores = score_skills(skills, trajectories, unmasked_fn, context_fn, policy="any", max_heldout=n)
         results["unmasked"] = {sid: s.strength for sid, s in scores.items()}
 
-    timings = _common.interleaved({"naive": run_naive, "product": run_product, "unmasked": run_unmasked},
+    def run_contexts():  # the tokenisation share of the product path (chat template + injector per pair)
+        for s, r in pairs:
+            context_fn(r, s)
+
+    timings = _common.interleaved({"naive": run_naive, "product": run_product, "unmasked": run_unmasked,
+                                   "contexts_only": run_contexts},
                                   repeats=repeats, warmup=args.warmup)
     max_diff = max(abs(results["naive"][s.skill_id] - results[name][s.skill_id])
                    for s in skills for name in ("product", "unmasked"))

@@ -5,4 +5,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ENV=${ENV:-alfworld}
 run_recipe "$ENV" "grpo_${ENV}_qwen3_4b" \
-    skillduet.opd_coef=0 skillduet.use_global=false skillduet.extract_local=false "$@"
+    skillduet.opd_coef=0.0 skillduet.use_global=false skillduet.extract_local=false "$@"

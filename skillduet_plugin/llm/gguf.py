@@ -130,3 +130,5 @@ def _fix_special_tokens(tokenizer: Any, config: Any) -> None:
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(int(eos_id))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    # Byte-level BPE decodes exactly; the WordPiece-style clean-up would strip spaces before punctuation.
+    tokenizer.clean_up_tokenization_spaces = False

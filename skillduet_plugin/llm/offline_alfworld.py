@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from skillduet_plugin.llm.offline_common import (Step, Traj, find_loop, first_divergence, join_list, quote,
+from skillduet_plugin.llm.offline_common import (Traj, find_loop, first_divergence, join_list, quote,
                                                  strip_instance)
 
 # task type -> templates (alfworld 0.4 goal library), most specific first
@@ -40,6 +40,7 @@ class AlfTask:
     obj: str | None = None
     recep: str | None = None
     lamp: str | None = None
+    text: str = ""  # the instruction, without "Your task is to:" and the final period
 
     @property
     def transform(self) -> str | None:
@@ -56,8 +57,8 @@ def parse_task(task: str, scope: str = "") -> AlfTask:
         m = re.fullmatch(pattern, text)
         if m:
             groups = {k: strip_instance(v) for k, v in m.groupdict().items()}
-            return AlfTask(task_type, groups.get("obj"), groups.get("recep"), groups.get("lamp"))
-    return AlfTask(scope or "unknown")
+            return AlfTask(task_type, groups.get("obj"), groups.get("recep"), groups.get("lamp"), text)
+    return AlfTask(scope or "unknown", text=text)
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def replay(traj: Traj) -> Replay:
         act = parse_action(step.action)
         if step.invalid:
             out.wasted += 1
-            out.invalid_reasons.append(_why_invalid(act, step, location, holding, closed))
+            out.invalid_reasons.append(_why_invalid(act, location, holding, closed))
             continue
         if act.verb in _USELESS or act.verb == "other":
             out.wasted += 1
@@ -158,7 +159,7 @@ def replay(traj: Traj) -> Replay:
     return out
 
 
-def _why_invalid(act: Act, step: Step, location: str | None, holding: str | None, closed: set[str]) -> str:
+def _why_invalid(act: Act, location: str | None, holding: str | None, closed: set[str]) -> str:
     """Why an action produced "Nothing happens.", judged from the replayed state before it."""
     said = quote(phrase(act))
     held = strip_instance(holding) if holding else None
@@ -249,14 +250,7 @@ def procedure(task: AlfTask, traj: Traj) -> str:
     if not parts:
         parts = [phrase(a) for _, a in rep.useful] or [phrase(parse_action(a)) for a in traj.actions]
     steps = "; ".join(f"{i + 1}) {p}" for i, p in enumerate(parts))
-    return f"Procedure for {_type_phrase(task)} tasks (e.g. '{task_text(traj)}'): {steps}."
-
-
-def task_text(traj: Traj) -> str:
-    text = traj.task.strip()
-    if "Your task is to:" in text:
-        text = text.split("Your task is to:", 1)[1].strip()
-    return text.rstrip(".")
+    return f"Procedure for {_type_phrase(task)} tasks (e.g. '{task.text}'): {steps}."
 
 
 def requirement_issues(task: AlfTask, traj: Traj, station: str) -> list[str]:

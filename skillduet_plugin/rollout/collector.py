@@ -68,13 +68,15 @@ class Episode:
 
 
 def hf_generate_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0, top_p: float = 1.0,
-                   do_sample: bool = True, batch_size: int = 32, return_logps: bool = False) -> GenerateFn:
+                   do_sample: bool = True, batch_size: int = 32, return_logps: bool = False,
+                   **generate_kwargs: Any) -> GenerateFn:
     """A :data:`GenerateFn` sampling from a transformers causal LM with ``model.generate``.
 
     Contexts are left-padded with the tokenizer's pad id; each generation stops at eos and returns only the
     new tokens (including the eos if it was produced). With ``return_logps`` the log-probs of the sampled
-    tokens under the processed (temperature-scaled, top-p filtered) distribution are returned too. The caller
-    puts the model in eval mode; this function runs under ``torch.no_grad``.
+    tokens under the processed (temperature-scaled, top-p filtered) distribution are returned too. Other
+    ``generate`` keywords (``top_k``, ``min_p``, ``repetition_penalty``...) pass through; ``top_k`` defaults to
+    0 (off) rather than transformers' 50. The caller puts the model in eval mode; this runs under ``torch.no_grad``.
     """
     import torch
 
@@ -100,6 +102,7 @@ def hf_generate_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0,
                                           output_scores=return_logps)
             if do_sample:
                 kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+            kwargs.update(generate_kwargs)
             with torch.no_grad():
                 result = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), **kwargs)
             new = result.sequences[:, width:].tolist()

@@ -151,3 +151,21 @@ def test_alfworld_data_env_var_is_used(alfworld_real_data, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_real_data))
     env = make("alfworld", split="valid_unseen")
     assert len(env.tasks) == 134 and env.layout_root == (alfworld_real_data / "json_2.1.1").resolve()
+
+
+@pytest.mark.parametrize("index, seed", [(20, 0), (100, 1)])
+def test_random_admissible_rollout_equals_a_direct_textworld_run(unseen, index, seed):
+    """Open/close/examine/take/move sequences, not only expert ones, render exactly as in the plain engine."""
+    import random
+
+    task = unseen.tasks[index]
+    direct = _direct_textworld(str(unseen.game_file(task)))
+    ref_state = direct.reset()
+    _, info = unseen.reset(task)
+    rng = random.Random(seed)
+    for _ in range(15):
+        command = rng.choice([a for a in info["admissible_actions"] if a != "help"])
+        ref_state, _, _ = direct.step(command)
+        obs, _, _, info = unseen.step(command)
+        assert (obs, info["admissible_actions"]) == (ref_state.feedback, ref_state["admissible_commands"])
+    direct.close()

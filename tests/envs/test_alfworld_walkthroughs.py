@@ -23,7 +23,7 @@ def test_all_134_valid_unseen_walkthroughs_win(alfworld_real_data):
     started = time.monotonic()
     with EnvPool("alfworld", num_workers=2, env_kwargs={"data_dir": str(alfworld_real_data),
                                                           "split": "valid_unseen"}) as pool:
-        chunk = 16  # bounded env instances per worker
+        chunk = 34  # bounded env instances per worker (17 each)
         for lo in range(0, len(tasks), chunk):
             batch, plans = tasks[lo:lo + chunk], walkthroughs[lo:lo + chunk]
             results = pool.reset(batch)

@@ -185,10 +185,11 @@ def test_real_valid_unseen_walkthroughs(shared_data, tmp_path_factory):
     archive = shared_data / "alfworld" / "valid_unseen.tar.xz"
     root = tmp_path_factory.mktemp("valid_unseen")
     with tarfile.open(archive) as tar:
-        tar.extractall(root, filter="data")
+        tar.extractall(root, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     games = sorted(root.glob("json_2.1.1/valid_unseen/*/*/game.tw-pddl"))
     assert len(games) == 134
     past = {"clean": "cleaned", "heat": "heated", "cool": "cooled"}
+    checked = 0
     for game in games:
         text = game.read_text()
         task = re.search(r"Your task is to: ([^\"\\]*)", text).group(1)
@@ -200,14 +201,16 @@ def test_real_valid_unseen_walkthroughs(shared_data, tmp_path_factory):
         proc = respond({**payload, "kind": "local_procedure",
                         "trajectory": traj("w", task, [(a, "") for a in walk], True)})
         o, r = parsed.obj, parsed.recep
+        moved = any(a.startswith(f"move {o} ") for a in walk)  # some expert runs end early (goal already met)
         if parsed.transform:
             verb = parsed.transform
-            assert proc.index(f"take the {o}") < proc.index(f"{verb} the {o} with the") < proc.index(
-                f"move the {o} to the {r}"), proc
-            broken = [a for a in walk if not a.startswith(verb + " ")]
-            fix = respond({**payload, "kind": "local_correction",
-                           "trajectory": traj("b", task, [(a, "") for a in broken], False)})
-            assert f"Moved the {o} to the {r} before it was {past[verb]}" in fix, fix
+            assert proc.index(f"take the {o}") < proc.index(f"{verb} the {o} with the"), proc
+            if moved:
+                assert proc.index(f"{verb} the {o} with the") < proc.index(f"move the {o} to the {r}"), proc
+                broken = [a for a in walk if not a.startswith(verb + " ")]
+                fix = respond({**payload, "kind": "local_correction",
+                               "trajectory": traj("b", task, [(a, "") for a in broken], False)})
+                assert f"Moved the {o} to the {r} before it was {past[verb]}" in fix, fix
         elif task_type == "pick_two_obj_and_place":
             assert proc.count(f"move the {o} to the {r}") == 2, proc
         elif task_type == "look_at_obj_in_light":
@@ -217,3 +220,5 @@ def test_real_valid_unseen_walkthroughs(shared_data, tmp_path_factory):
             fix = respond({**payload, "kind": "local_correction",
                            "trajectory": traj("b", task, [(a, "") for a in walk[:-1]], False)})
             assert f"took the {o} but never moved it to the {r}" in fix, fix
+        checked += 1
+    assert checked == 134

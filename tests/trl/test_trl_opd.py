@@ -1,4 +1,7 @@
-"""The adapter's loss on one real batch: GRPO + lambda * OPD, checked against an independent computation."""
+"""The adapter's loss on one real batch: GRPO + lambda * OPD, checked against an independent computation.
+
+These run with ``use_global=False`` (Local-only): the loss path is the same and no scoring pass is paid for.
+"""
 
 from __future__ import annotations
 
@@ -75,7 +78,7 @@ def _reference_opd(trainer, inputs):
 
 def test_gradient_is_grpo_plus_lambda_times_independent_opd(make_trainer):
     lam = 0.7
-    trainer = make_trainer(skillduet={"opd_coef": lam})
+    trainer = make_trainer(skillduet={"opd_coef": lam, "use_global": False})
     inputs = _batch(trainer)
     model = trainer.model
     ref_loss, ref_t, ref_m = _reference_opd(trainer, inputs)
@@ -97,7 +100,7 @@ def test_gradient_is_grpo_plus_lambda_times_independent_opd(make_trainer):
 
 
 def test_opd_term_is_scaled_like_trl_under_gradient_accumulation(make_trainer):
-    trainer = make_trainer(skillduet={"opd_coef": 1.0})
+    trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False})
     inputs = _batch(trainer)
     plain = {k: v for k, v in inputs.items() if not k.startswith("opd_")}
     with torch.no_grad():
@@ -112,7 +115,7 @@ def test_opd_term_is_scaled_like_trl_under_gradient_accumulation(make_trainer):
 
 
 def test_teacher_prompt_has_the_local_skill_and_the_student_prompt_does_not(make_trainer):
-    trainer = make_trainer(skillduet={"opd_coef": 0.5}, teacher_at="loss")
+    trainer = make_trainer(skillduet={"opd_coef": 0.5, "use_global": False}, teacher_at="loss")
     inputs = _batch(trainer, drop_every_other_skill=False)
     tok = trainer.processing_class
     skills = trainer.last_rollout["local_skills"]
@@ -135,7 +138,7 @@ def test_teacher_prompt_has_the_local_skill_and_the_student_prompt_does_not(make
 
 
 def test_environment_tokens_carry_no_loss(make_trainer):
-    trainer = make_trainer(skillduet={"opd_coef": 1.0})
+    trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False})
     inputs = _batch(trainer, drop_every_other_skill=False)
     env = (inputs["completion_mask"] == 1) & (inputs["tool_mask"] == 0)
     assert env.sum() > 0  # the batch has environment turns
@@ -169,7 +172,8 @@ def test_environment_tokens_carry_no_loss(make_trainer):
 
 
 def test_invalid_actions_are_penalised_as_configured(make_trainer):
-    trainer = make_trainer(skillduet={"opd_coef": 0.1}, invalid_action_penalty=0.25, reward_scale=2.0)
+    trainer = make_trainer(skillduet={"opd_coef": 0.1, "use_global": False}, invalid_action_penalty=0.25,
+                           reward_scale=2.0)
     _batch(trainer, drop_every_other_skill=False)
     eps = trainer.last_rollout["episodes"]
     expected = sum(2.0 * e.reward - 0.25 * e.invalid_actions for e in eps) / len(eps)

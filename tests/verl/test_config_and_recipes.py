@@ -58,6 +58,7 @@ def test_plain_verl_override_route_parses():
     assert settings.resolved_bank_path("/ck").endswith("/ck/skillduet/bank.sqlite")
 
 
+@pytest.mark.slow  # one verl start-up per recipe (~10-40 s on a busy CI machine)
 @pytest.mark.parametrize("recipe", RECIPES, ids=[os.path.basename(r) for r in RECIPES])
 def test_recipe_dry_run(recipe):
     env = dict(os.environ, DRY_RUN="1", PYTHONPATH=REPO, HOME=os.environ.get("HOME", "/tmp"))

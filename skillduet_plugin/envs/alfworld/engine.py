@@ -1,15 +1,17 @@
 """The real ALFWorld engine (TextWorld ``PddlEnv`` + ALFWorld's demangler/info wrappers) with per-process caches.
 
 A reset of TextWorld's PDDL engine re-parses the game's grammar (on load) and translates PDDL to SAS twice
-(on every reset, once more optimised for the planner); both are pure functions of the game text, so they are
-memoised here per process, and the planner's translation is skipped during play. The game
-itself (state, feedback text, admissible commands, goal check) is untouched: observations are the engine's own.
-Planner calls (``policy_commands``) are never requested during play.
+(on every reset, once more optimised for the planner), and every step re-parses the grammar snippets of each
+admissible command. All of these are pure functions of the text, so they are memoised here per process (about
+2 MB per cached game, at most ``MAX_CACHED_GAMES``), and the planner's translation is skipped during play. The
+game itself (state, feedback text, admissible commands, goal check) is untouched: observations are the
+engine's own, byte for byte. Planner calls (``policy_commands``) are never requested during play.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import os
 import threading
@@ -17,7 +19,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 _LOCK = threading.RLock()
-_MAX_CACHED_GAMES = 512
+MAX_CACHED_GAMES = 128
 
 
 class _LRU(OrderedDict):
@@ -38,8 +40,9 @@ class _LRU(OrderedDict):
 
 # Keyed by a digest of the game text; the cached objects are only read by the engine (verified on textworld 1.7:
 # GameLogic gains already-known types idempotently, the translated task is read-only).
-_LOGIC_CACHE = _LRU(_MAX_CACHED_GAMES)
-_SAS_CACHE = _LRU(2 * _MAX_CACHED_GAMES)
+_LOGIC_CACHE = _LRU(MAX_CACHED_GAMES)
+_SAS_CACHE = _LRU(2 * MAX_CACHED_GAMES)
+_PARSE_CACHE = _LRU(8192)  # grammar right-hand sides and query snippets, mostly shared by all games
 
 
 def _digest(*texts: str) -> str:
@@ -50,18 +53,34 @@ def _digest(*texts: str) -> str:
     return h.hexdigest()
 
 
+def _memoised_parser(parse: Callable[..., Any], tag: str) -> Callable[..., Any]:
+    """``parse`` (a pure text -> object parser) answered from a cache; callers mutate the result, so each call
+    gets its own deep copy."""
+
+    def cached(text: str, *args: Any, **kwargs: Any) -> Any:
+        key = (tag, text, args, tuple(sorted(kwargs.items())))
+        return copy.deepcopy(_PARSE_CACHE.get_or_make(key, lambda: parse(text, *args, **kwargs)))
+
+    return cached
+
+
 @contextlib.contextmanager
 def _memoised_engine_parsing(*, planning: bool) -> Iterator[None]:
-    """Route TextWorld's grammar parse and PDDL->SAS translation through the caches, for one call.
+    """Route TextWorld's text parsing and PDDL->SAS translation through the caches, for one call.
 
+    Cached: the game's grammar (parsed on load), the PDDL->SAS translations (on every reset), and the small
+    grammar/query snippets the text generator re-parses for every admissible command (on every step).
     Without ``planning`` the planner-optimised translation (used only to replan, i.e. for ``policy_commands``)
     is answered with the plain translation of the same problem: it is never searched during play, and this
     halves the cost of a first reset.
     """
     import fast_downward
     import textworld.envs.pddl.logic as pddl_logic
+    import textworld.envs.pddl.textgen as textgen
+    import textworld.logic as tw_logic
 
-    real_logic, real_pddl2sas = pddl_logic.GameLogic, fast_downward.pddl2sas
+    real = (pddl_logic.GameLogic, fast_downward.pddl2sas, textgen._parse_and_convert, tw_logic._parse_and_convert)
+    real_logic, real_pddl2sas = real[0], real[1]
 
     def cached_logic(domain: str, grammar: str):
         return _LOGIC_CACHE.get_or_make(_digest(domain, grammar), lambda: real_logic(domain=domain, grammar=grammar))
@@ -73,10 +92,13 @@ def _memoised_engine_parsing(*, planning: bool) -> Iterator[None]:
 
     with _LOCK:
         pddl_logic.GameLogic, fast_downward.pddl2sas = cached_logic, cached_pddl2sas
+        textgen._parse_and_convert = _memoised_parser(real[2], "textgen")
+        tw_logic._parse_and_convert = _memoised_parser(real[3], "logic")
         try:
             yield
         finally:
-            pddl_logic.GameLogic, fast_downward.pddl2sas = real_logic, real_pddl2sas
+            (pddl_logic.GameLogic, fast_downward.pddl2sas, textgen._parse_and_convert,
+             tw_logic._parse_and_convert) = real
 
 
 def import_engine() -> tuple[Any, Any, Any]:
@@ -140,7 +162,8 @@ class EngineSession:
 
     def step(self, command: str):
         """One engine step; returns ``(GameState, score, done)`` as TextWorld does."""
-        return self._env.step(command)
+        with _memoised_engine_parsing(planning=self._planning):
+            return self._env.step(command)
 
     def close(self) -> None:
         self._env.close()
@@ -152,3 +175,4 @@ def clear_caches() -> None:
     with _LOCK:
         _LOGIC_CACHE.clear()
         _SAS_CACHE.clear()
+        _PARSE_CACHE.clear()

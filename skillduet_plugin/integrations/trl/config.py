@@ -5,7 +5,9 @@ at construction (errors name the field as ``skillduet.<name>``); the rollout set
 
 TRL's own defaults assume a GPU. On a CPU-only machine pass at least ``bf16=False`` (TRL's default bf16 raises
 without a GPU), ``gradient_checkpointing=False`` (pointless for small models), ``use_vllm=False`` (GPU only) and
-``dataloader_pin_memory=False``; :data:`CPU_SAFE_DEFAULTS` holds these, plus small-run values for
+``dataloader_pin_memory=False``; several CPU processes (``torchrun --nproc_per_node N``; ``accelerate launch --cpu``
+starts only one process without MPI) also need ``use_cpu=True`` (gloo is then chosen), or TrainingArguments
+sees a world of one. :data:`CPU_SAFE_DEFAULTS` holds all of these, plus small-run values for
 ``num_generations``, ``max_completion_length``, ``logging_steps`` and ``report_to``.
 """
 
@@ -24,6 +26,7 @@ TEACHER_AT = ("generation", "loss")
 #: GRPOConfig keywords for a CPU-only machine (merge under your own values: ``{**CPU_SAFE_DEFAULTS, **mine}``).
 CPU_SAFE_DEFAULTS: dict[str, Any] = {
     "bf16": False,
+    "use_cpu": True,
     "gradient_checkpointing": False,
     "use_vllm": False,
     "dataloader_pin_memory": False,

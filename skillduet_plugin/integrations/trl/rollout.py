@@ -14,10 +14,6 @@ import torch
 
 from skillduet_plugin.rollout.collector import Episode, hf_generate_fn, run_episodes
 
-#: per-row fields the rollout adds to TRL's batch rows (and passes to reward functions)
-ROLLOUT_FIELDS = ("env_reward", "invalid_actions", "env_won", "env_turns", "skillduet_episode")
-
-
 def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
     """Run one episode per task id with the trainer's current weights."""
     from trl.models.utils import unwrap_model_for_generation
@@ -29,8 +25,11 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
         was_training = policy.training
         policy.eval()
         try:
+            extra = {k: getattr(args, k) for k in ("top_k", "min_p", "repetition_penalty")
+                     if getattr(args, k, None) is not None}
+            extra.update(args.generation_kwargs or {})
             generate = hf_generate_fn(policy, trainer.chat, temperature=args.temperature, top_p=args.top_p,
-                                      batch_size=max(1, len(task_ids)))
+                                      batch_size=max(1, len(task_ids)), **extra)
             max_total = args.max_total_tokens or int(getattr(policy.config, "max_position_embeddings", 32768))
             with torch.no_grad():
                 return run_episodes(
@@ -44,7 +43,9 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
 
 
 def rollout_output(episodes: list[Episode], eos_token_id: int) -> dict[str, Any]:
-    """The dict TRL expects back from ``rollout_func``: ids, ``env_mask`` and the per-row extra fields.
+    """The dict TRL expects back from ``rollout_func``: ids, ``env_mask`` and per-row extra fields
+    (``env_reward``, ``invalid_actions``, ``env_won``, ``env_turns``, ``skillduet_episode``) that TRL merges into
+    the batch rows and passes to reward functions as keyword arguments.
 
     A completion is never empty (TRL reads its last token): an episode that failed at reset gets one eos,
     masked out.

@@ -179,9 +179,12 @@ class SkillDuetTrainer(PPOTrainerSync):
     def _publish_globals(self) -> None:
         if self.global_server is None or not self.skillduet.method.use_global or not self._scopes:
             return
+        globals_by_scope = {s: global_to_dict(self.lifecycle.global_for(s)) for s in sorted(self._scopes)}
+        self._send_globals(globals_by_scope)
+
+    def _send_globals(self, globals_by_scope: dict) -> None:
         import ray
 
-        globals_by_scope = {s: global_to_dict(self.lifecycle.global_for(s)) for s in sorted(self._scopes)}
         ray.get(self.global_server.publish.remote(globals_by_scope, int(self.global_steps)))
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,0 +1,106 @@
+"""The benchmark scripts: shared timing helpers, and each script's ``--smoke`` mode end to end (it must print
+its headline as ``<name> <value>`` on the last line and pass its own correctness checks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench import _common  # noqa: E402
+
+
+def test_interleaved_runs_configurations_alternately_after_warmup():
+    calls = []
+    timings = _common.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                  repeats=3, warmup=1, setup={"b": lambda: calls.append("setup-b")})
+    assert calls == ["a", "setup-b", "b"] * 4
+    assert timings.order == ["a", "b"] * 3  # the warm-up round is not recorded
+    assert len(timings.samples["a"]) == len(timings.samples["b"]) == 3
+
+
+def test_ratio_is_of_medians():
+    t = _common.Timings(samples={"a": [1.0, 9.0, 3.0], "b": [2.0, 1.0, 1.0]})
+    assert t.median("a") == 3.0 and t.median("b") == 1.0
+    assert t.ratio("a", "b") == 3.0
+    assert t.summary()["a"] == {"median_s": 3.0, "min_s": 1.0, "max_s": 9.0, "repeats": 3}
+    with pytest.raises(ValueError, match="repeats"):
+        _common.interleaved({"a": lambda: None}, repeats=0)
+
+
+def test_peak_rss_reset_and_growth():
+    if not _common.reset_peak_rss():
+        pytest.skip("this kernel does not allow resetting the peak RSS counter")
+    base = _common.peak_rss_bytes()
+    block = bytearray(64 * 2**20)
+    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page so it is resident
+    assert _common.peak_rss_bytes() >= base + 60 * 2**20
+    del block
+
+
+def _run(script: str, *extra: str, timeout: int = 600) -> tuple[str, dict]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    out_json = Path(os.environ.get("TMPDIR", "/tmp")) / f"skillduet-bench-{script}-{os.getpid()}.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / f"{script}.py"), "--smoke", "--warmup", "0",
+                           "--json", str(out_json), *extra], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    data = json.loads(out_json.read_text())
+    out_json.unlink()
+    return last, data
+
+
+def _headline(last: str, name: str) -> float:
+    match = re.fullmatch(rf"{name} (\S+)", last)
+    assert match, f"last line {last!r} is not '{name} <value>'"
+    return float(match.group(1))
+
+
+def test_strength_scoring_smoke_scores_match_the_naive_loop():
+    last, data = _run("strength_scoring")
+    value = _headline(last, "strength_scoring_speedup")
+    assert value > 0 and value == pytest.approx(data["strength_scoring_speedup"], rel=5e-3)
+    assert data["scores_identical_1e-5"] is True and data["max_abs_strength_diff"] <= 1e-5
+    assert data["workload"]["pairs"] == data["workload"]["k"] * data["workload"]["n"]
+
+
+def test_env_throughput_smoke_plays_both_envs_without_errors():
+    last, data = _run("env_throughput")
+    assert _headline(last, "env_pool_speedup_2w") > 0
+    for env in ("alfworld", "webshop"):
+        for w in ("0w", "1w", "2w"):
+            assert data[env][w]["errors"] == 0, (env, w)
+            assert data[env][w]["steps_per_round"] > 0
+    # same seeds, deterministic envs: every pool size plays the same number of steps
+    assert len({data["alfworld"][w]["steps_per_round"] for w in ("0w", "1w", "2w")}) == 1
+
+
+@pytest.mark.slow
+def test_step_overhead_smoke_breaks_the_step_down():
+    pytest.importorskip("trl")
+    last, data = _run("step_overhead")
+    ratio = _headline(last, "step_overhead_ratio")
+    assert ratio == pytest.approx(data["step_overhead_ratio"], rel=5e-3)
+    sd, grpo = data["breakdown_median_s"]["skillduet"], data["breakdown_median_s"]["grpo"]
+    assert sd["teacher_s"] > 0 and sd["scoring_s"] > 0 and sd["rollout_s"] > 0
+    assert grpo["teacher_s"] == 0 and grpo["scoring_s"] == 0 and grpo["extraction_s"] == 0  # plain GRPO
+    assert data["breakdown_median_s"]["local_only"]["scoring_s"] == 0
+
+
+@pytest.mark.slow
+def test_memory_smoke_reports_a_peak_per_method():
+    pytest.importorskip("trl")
+    last, data = _run("memory")
+    assert _headline(last, "memory_peak_ratio") > 0
+    for method in ("skillduet", "grpo"):
+        m = data["median_mb"][method]
+        assert m["peak_mb"] >= m["rss_before_mb"] > 50

@@ -1,0 +1,6 @@
+"""Makes the verl tests' shared fakes importable as ``fakes``."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

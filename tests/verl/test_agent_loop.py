@@ -1,0 +1,134 @@
+"""The ``skillduet_agent`` loop against a fake rollout server: masks, the injected Global, extra fields."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("verl")
+
+from skillduet_plugin.integrations.verl.skill_server import GLOBAL_HEADER, insert_global  # noqa: E402
+from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
+from skillduet_plugin.rollout.toy import toy_initial_messages, toy_turn_message  # noqa: E402
+from skillduet_plugin.skills.types import GlobalSkills  # noqa: E402
+
+GLOBAL_TEXT = "- Procedure: open the box first, then take the key."
+TOY = "skillduet_plugin.rollout.toy"
+
+
+class FakeServer:
+    """Async ``generate`` returning scripted turns (with sampling log-probs), recording every request."""
+
+    def __init__(self, turns: list[list[int]]):
+        self.turns = list(turns)
+        self.calls: list[dict] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
+                           "sampling_params": dict(sampling_params)})
+        ids = self.turns.pop(0)
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+class FakeGlobals:
+    def __init__(self):
+        self.scopes: list[str] = []
+
+    async def get(self, scope):
+        self.scopes.append(scope)
+        return GlobalSkills(scope=scope, version=3, text=GLOBAL_TEXT)
+
+
+def _config():
+    from skillduet_plugin.main_ppo import compose
+
+    return compose(["trainer.plugins=[skillduet]", "actor_rollout_ref.rollout.response_length=400",
+                    f"skillduet.env.name=toy", f"skillduet.env.factory={TOY}:make_toy",
+                    f"skillduet.env.initial_messages_fn={TOY}:toy_initial_messages",
+                    f"skillduet.env.turn_message_fn={TOY}:toy_turn_message",
+                    f"skillduet.env.project_action_fn={TOY}:toy_project_action",
+                    "skillduet.env.max_turn_tokens=64", "skillduet.env.max_turns=3"])
+
+
+def _run(tokenizer, turns, task_id="toy-3"):
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from skillduet_plugin.integrations.verl.agent_loop import SkillDuetAgentLoop
+
+    cfg = _config()
+    server, globals_ = FakeServer(turns), FakeGlobals()
+
+    async def go():
+        loop = SkillDuetAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
+                                  processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+                                  hf_model_type="qwen3")
+        loop.global_client = globals_
+        return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True},
+                              raw_prompt=[{"role": "user", "content": "toy task"}],
+                              extra_info={"task_id": task_id, "split": "train", "index": 0})
+
+    return asyncio.run(go()), server, globals_
+
+
+def test_episode_tokens_masks_and_global(tiny_tokenizer):
+    chat = ChatTokenizer(tiny_tokenizer)
+    eos = chat.eos_token_id
+    turn1 = chat.encode("<think>the key is in the box</think><action>open box</action>") + [eos]
+    turn2 = chat.encode("<think>now take it</think><action>take key</action>") + [eos]
+    out, server, globals_ = _run(tiny_tokenizer, [turn1, turn2])
+
+    # the first prompt: the env's messages with the Global inserted at message level
+    obs = "You are in a room with a box, a drawer and a fridge."
+    admissible = ["look", "open box", "open drawer", "open fridge", "take key", "take apple", "take pen"]
+    plain = toy_initial_messages("toy", task="take the key from the box.", observation=obs,
+                                 admissible_actions=admissible)
+    student = insert_global(plain, GLOBAL_TEXT)
+    assert out.prompt_ids == chat.prompt_ids(student)
+    text = tiny_tokenizer.decode(out.prompt_ids)
+    assert text.index("Your task is to: take the key from the box.") < text.index(GLOBAL_HEADER) \
+        < text.index(GLOBAL_TEXT)
+    assert globals_.scopes == ["fetch"]
+
+    # response = policy turn, environment turn (masked), policy turn
+    env_turn = chat.turn_ids(toy_turn_message("toy", observation="You open box.", admissible_actions=admissible,
+                                              step=2))
+    assert out.response_ids == turn1 + env_turn + turn2
+    assert out.response_mask == [1] * len(turn1) + [0] * len(env_turn) + [1] * len(turn2)
+    assert out.response_logprobs == [-0.5] * len(turn1) + [0.0] * len(env_turn) + [-0.5] * len(turn2)
+    # the second request continues the same sequence, one sticky session, turn budget respected
+    assert server.calls[1]["prompt_ids"] == out.prompt_ids + turn1 + env_turn
+    assert server.calls[0]["request_id"] == server.calls[1]["request_id"]
+    assert all(c["sampling_params"]["max_tokens"] <= 64 for c in server.calls)
+
+    assert out.reward_score == 1.0
+    record = out.extra_fields["skillduet"]
+    assert record["won"] is True and record["task_id"] == "toy-3" and record["scope"] == "fetch"
+    assert record["actions"] == ["open box", "take key"] and record["valid"] == [True, True]
+    assert record["prompt_messages"] == plain  # skill-free: the teacher inserts its Local skill here
+    assert GLOBAL_TEXT not in str(record["prompt_messages"])
+    assert record["global_version"] == 3
+    assert out.extra_fields["skill_ids"] == ["global:fetch:v3"]
+    assert out.extra_fields["skill_text"] == GLOBAL_TEXT
+
+
+def test_truncated_turn_gets_a_masked_eos_and_invalid_actions_are_penalised(tiny_tokenizer):
+    chat = ChatTokenizer(tiny_tokenizer)
+    rambling = chat.encode("<think>hmm</think> I am not sure")  # no eos, no action: cut and invalid
+    out, _, _ = _run(tiny_tokenizer, [rambling] * 3, task_id="toy-0")
+    first = len(rambling)
+    assert out.response_ids[:first + 1] == rambling + [chat.eos_token_id]
+    assert out.response_mask[:first + 1] == [1] * first + [0]
+    record = out.extra_fields["skillduet"]
+    assert record["num_turns"] == 3 and record["won"] is False and record["truncated"] is False
+    assert out.reward_score == pytest.approx(-0.3)  # 3 invalid steps x 0.1, no env reward
+
+
+def test_missing_task_id_names_the_dataset_builder(tiny_tokenizer):
+    from skillduet_plugin.integrations.verl.agent_loop import _sample_task
+
+    with pytest.raises(KeyError, match="integrations.verl.data"):
+        _sample_task({"extra_info": {}})

@@ -1,0 +1,182 @@
+"""Teacher batches (same response tokens, the skill only in the teacher prompt, the task never cut) and the
+``skillduet_sync`` trainer's step hooks, checkpoint and Global publication with fake worker groups."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("verl")
+
+from fakes import (HINDSIGHT_HEADER, FakeActorGroup, FakeBatch, FakeLifecycle, MemoryTQ,  # noqa: E402
+                   position_logprobs)
+
+from skillduet_plugin.integrations.verl.batch import build_trajectories, tensor_rows  # noqa: E402
+from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY  # noqa: E402
+from skillduet_plugin.integrations.verl.teacher import (logprob_batch, plan_teacher_batch,  # noqa: E402
+                                                        split_response_logprobs)
+from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
+from skillduet_plugin.rollout.toy import toy_initial_messages  # noqa: E402
+
+TASKS = [("toy-3", "fetch", "take the key from the box."), ("toy-3", "fetch", "take the key from the box."),
+         ("toy-0", "open", "open the box.")]
+
+
+def _rows(chat):
+    """Three rollouts (records as the agent loop writes them) plus one verl padding row."""
+    records, prompts, responses, masks, old = [], [], [], [], []
+    for i, (task_id, scope, task) in enumerate(TASKS):
+        plain = toy_initial_messages("toy", task=task, observation="a room", admissible_actions=["look"])
+        prompt = chat.prompt_ids(plain)
+        response = chat.encode(f"<action>look</action>") + [chat.eos_token_id] + chat.turn_ids("obs") + \
+            chat.encode("<action>open box</action>") + [chat.eos_token_id]
+        mask = [1] * 6 + [0] * (len(response) - 12) + [1] * 6
+        records.append({"skillduet": {"task_id": task_id, "scope": scope, "task": task, "prompt_messages": plain,
+                                      "messages": plain, "won": i == 0, "reward": float(i == 0),
+                                      "actions": ["look", "open box"], "observations": ["a room", "obs", "x"]}})
+        prompts.append(torch.tensor(prompt))
+        responses.append(torch.tensor(response))
+        masks.append(torch.tensor(mask[: len(response)] + [1] * max(0, len(response) - len(mask))))
+        old.append(-0.5 * torch.ones(len(response)))
+    records.append(dict(records[0]))  # padding row copies the first sample's metadata
+    prompts.append(prompts[0]), responses.append(responses[0]), masks.append(torch.zeros_like(masks[0]))
+    old.append(old[0])
+    return records, prompts, responses, masks, old
+
+
+def test_teacher_plan_same_response_skill_only_in_teacher_and_task_intact(tiny_tokenizer):
+    chat = ChatTokenizer(tiny_tokenizer)
+    records, prompts, responses, masks, old = _rows(chat)
+    trajs = build_trajectories(["k0", "k1", "k2", "pad"], [r["skillduet"] for r in records], prompts, responses,
+                               masks, old, step=4, skip=[False, False, False, True])
+    assert [row for row, _ in trajs] == [0, 1, 2]  # the padding row never becomes a trajectory
+    long_skill = " ".join(["- Correction: open the box before taking the key."] * 40)  # a long Local skill
+    lifecycle = FakeLifecycle(skill_rows={0, 2}, skill_text=long_skill)
+    extraction = lifecycle.extract([t for _, t in trajs], 4)
+    plan = plan_teacher_batch(prompts, responses, trajs, extraction, lifecycle, chat)
+    assert plan.has_skill == [True, False, True, False]
+    for i in range(4):
+        assert plan.responses[i] == responses[i].tolist()  # the same response tokens, always
+    for i in (1, 3):
+        assert plan.contexts[i] == prompts[i].tolist()  # no skill: the student prompt, masked out later
+    for i in (0, 2):
+        teacher_text = tiny_tokenizer.decode(plan.contexts[i])
+        student_text = tiny_tokenizer.decode(prompts[i].tolist())
+        assert HINDSIGHT_HEADER in teacher_text and HINDSIGHT_HEADER not in student_text
+        assert f"Your task is to: {TASKS[i][2]}" in teacher_text  # the task is never truncated
+        assert teacher_text.count("open the box before taking the key") == 40  # nor is the skill, here
+        assert plan.contexts[i][-3:] == prompts[i].tolist()[-3:]  # both end in the assistant header
+
+
+def test_logprob_batch_layout_and_response_slicing():
+    contexts, responses = [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]]
+    td, real = logprob_batch(contexts, responses, temperature=0.7, pad_to_multiple=4)
+    assert real == 2 and td.batch_size[0] == 4  # padded to the data-parallel multiple by repeating
+    assert td["input_ids"].unbind()[1].tolist() == [4, 5, 8, 9, 10]
+    assert td["position_ids"].unbind()[1].tolist() == [0, 1, 2, 3, 4]
+    assert td["loss_mask"].unbind()[0].tolist() == [1, 1]
+    full = torch.nested.as_nested_tensor([position_logprobs(5), position_logprobs(5)], layout=torch.jagged)
+    out = split_response_logprobs(full, contexts, responses)
+    # response token k sits at position len(context) + k - 1, i.e. value -0.001 * (len(context) + k)
+    assert torch.allclose(out[0], torch.tensor([-0.003, -0.004]))
+    assert torch.allclose(out[1], torch.tensor([-0.002, -0.003, -0.004]))
+
+
+def _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle):
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from skillduet_plugin.integrations.verl.settings import parse_settings
+    from skillduet_plugin.integrations.verl.trainer import SkillDuetTrainer
+    from skillduet_plugin.main_ppo import compose
+
+    for name in ("_compute_old_log_prob", "_compute_advantage"):
+        monkeypatch.setattr(PPOTrainer, name, lambda self, batch, metrics: batch)
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: None)
+    monkeypatch.setattr(PPOTrainerSync, "on_step_end", lambda self: None)
+    cfg = compose(["trainer.plugins=[skillduet]", f"trainer.default_local_dir={tmp_path}",
+                   "skillduet.opd_coef=0.5"])
+    trainer = SkillDuetTrainer.__new__(SkillDuetTrainer)
+    trainer.config, trainer.skillduet = cfg, parse_settings(cfg.skillduet)
+    trainer.tokenizer, trainer.chat, trainer.lifecycle = tiny_tokenizer, ChatTokenizer(tiny_tokenizer), lifecycle
+    trainer.actor_rollout_wg, trainer.global_steps = FakeActorGroup(dp_size=2), 10
+    trainer._extraction, trainer._trajectories, trainer._scopes = None, [], set()
+    trainer._checkpoint_folder, trainer.global_server = None, object()
+    trainer.published = []
+    trainer._send_globals = lambda globals_by_scope: trainer.published.append(globals_by_scope)
+    return trainer
+
+
+def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch, tiny_tokenizer, tmp_path):
+    chat = ChatTokenizer(tiny_tokenizer)
+    records, prompts, responses, masks, old = _rows(chat)
+    lifecycle = FakeLifecycle(skill_rows={0, 2})
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle)
+    tq = MemoryTQ({"prompts": prompts, "responses": responses, "response_mask": masks, "old_log_probs": old,
+                   "extra_fields": records, "advantages": [torch.full((len(r),), float(i)) for i, r in
+                                                            enumerate(responses)]})
+    trainer._tq_get, trainer._tq_put = tq.get, tq.put
+    batch = FakeBatch(keys=["k0", "k1", "k2", "pad"], tags=[{}, {}, {}, {"is_padding": True}])
+    metrics: dict = {}
+    trainer._compute_old_log_prob(batch, metrics)
+
+    assert lifecycle.calls[0] == ("extract", ["k0", "k1", "k2"], 10)
+    teacher = tensor_rows(tq.fields[TEACHER_LOGPROBS_KEY])
+    opd_mask = tensor_rows(tq.fields[OPD_MASK_KEY])
+    request = trainer.actor_rollout_wg.requests[0]
+    assert request.batch_size[0] == 2  # only rows with a Local skill, already a multiple of dp=2
+    contexts = [x.tolist() for x in request["prompts"].unbind()]
+    for row, ctx in zip((0, 2), contexts):
+        assert request["responses"].unbind()[(0, 2).index(row)].tolist() == responses[row].tolist()
+        n = len(responses[row])
+        expected = -0.001 * torch.arange(len(ctx), len(ctx) + n, dtype=torch.float32)
+        assert torch.allclose(teacher[row], expected)  # the teacher pass on the skill-augmented context
+        assert torch.equal(opd_mask[row], masks[row].float())
+    for row in (1, 3):
+        assert torch.count_nonzero(opd_mask[row]) == 0 and torch.count_nonzero(teacher[row]) == 0
+    assert metrics["skillduet/local_skills"] == 2 and metrics["skillduet/opd_trajectory_ratio"] == 2 / 3
+
+    trainer._compute_advantage(batch, metrics)
+    name, skill_ids, advantages, values = lifecycle.calls[1]
+    assert name == "score" and len(skill_ids) == 2
+    assert advantages == pytest.approx([0.0, 1.0, 2.0])  # trajectory-mean advantages for the Utility score
+    assert [len(v) for v in values] == [len(r) for r in responses[:3]]
+
+    trainer.on_step_end()
+    assert lifecycle.calls[2] == ("end_step", 10)
+    assert trainer.published[-1] == {s: {"scope": s, "version": 1, "text": f"global v1 of {s}", "items": []}
+                                     for s in ("fetch", "open")}
+
+
+def test_checkpoint_snapshots_after_consolidation_and_resume_restores(monkeypatch, tiny_tokenizer, tmp_path):
+    lifecycle = FakeLifecycle()
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle)
+    trainer._scopes = {"fetch"}
+    trainer._save_checkpoint()
+    folder = tmp_path / "global_step_10" / "skillduet"
+    state = json.loads((folder / "verl_state.json").read_text())
+    assert state == {"global_steps": 10, "end_step_done": False, "scopes": ["fetch"]}
+    trainer.on_step_end()  # consolidation of step 10 happens after the save: the snapshot is rewritten
+    state = json.loads((folder / "verl_state.json").read_text())
+    assert state["end_step_done"] is True
+    assert json.loads((folder / "bank" / "fake.json").read_text())["version"] == 1
+
+    resumed_life = FakeLifecycle()
+    resumed = _trainer(monkeypatch, tiny_tokenizer, tmp_path, resumed_life)
+    resumed._restore_skill_bank(str(tmp_path / "global_step_10"))
+    assert resumed_life.version == 1 and resumed._scopes == {"fetch"}
+    assert [c[0] for c in resumed_life.calls] == ["restore"]  # consolidation is not repeated
+
+    # a crash between the save and the consolidation: resume runs that step's end_step
+    state["end_step_done"] = False
+    (folder / "verl_state.json").write_text(json.dumps(state))
+    crashed = FakeLifecycle()
+    again = _trainer(monkeypatch, tiny_tokenizer, tmp_path, crashed)
+    again._restore_skill_bank(str(tmp_path / "global_step_10"))
+    assert [c[0] for c in crashed.calls] == ["restore", "end_step"]
+
+    with pytest.raises(FileNotFoundError, match="skill bank"):
+        again._restore_skill_bank(str(tmp_path / "global_step_99"))

@@ -109,3 +109,60 @@ class Stepper:
         phases = self.timer.take()
         phases["total"] = total
         return phases
+
+
+def single_turn_prompts(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
+    """The first prompts of ``n`` generated ALFWorld games (the same text SkillDuet's episodes start from)."""
+    from skillduet_plugin.envs import make
+    from skillduet_plugin.envs.prompts import initial_messages
+
+    prompts = []
+    with make("alfworld", split="train") as env:
+        tasks = list(env.tasks)
+        stride = max(1, len(tasks) // n)
+        for i in range(n):
+            obs, info = env.reset(tasks[(i * stride + seed) % len(tasks)])
+            prompts.append(initial_messages("alfworld", task=info["task"], observation=obs,
+                                            admissible_actions=info["admissible_actions"]))
+    return prompts
+
+
+def coin_reward(completions: list, **_: Any) -> list[float]:
+    """A deterministic pseudo-random 0/1 reward of the completion text (stable across processes), so groups
+    hold successes and failures and SDPO finds demonstrations, whatever the untrained model writes."""
+    import hashlib
+
+    out = []
+    for c in completions:
+        text = c[-1]["content"] if isinstance(c, list) else str(c)
+        out.append(float(hashlib.sha256(text.encode()).digest()[0] % 2))
+    return out
+
+
+def make_trl_trainer(out_dir: Path, kind: str, prompts: list, *, size: str = "tiny", episodes: int = 8,
+                     group: int = 4, max_completion_length: int = 48, seed: int = 0):
+    """TRL's own single-turn trainers on the same prompts, batch and reward: ``grpo`` (``GRPOTrainer``) or
+    ``sdpo`` (``trl.experimental.sdpo.SDPOTrainer``: successful rollouts of a group as the teacher context)."""
+    import torch
+    from datasets import Dataset
+
+    from skillduet_plugin.integrations.trl import CPU_SAFE_DEFAULTS
+
+    common = {**CPU_SAFE_DEFAULTS, "output_dir": str(out_dir), "num_generations": group,
+              "per_device_train_batch_size": episodes, "max_completion_length": max_completion_length,
+              "max_steps": 1000, "save_strategy": "no", "seed": seed, "learning_rate": 1e-4,
+              "disable_tqdm": True, "logging_steps": 10**6}
+    dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    model = str(_synthetic.tiny_model_dir(size))
+    torch.manual_seed(seed)
+    if kind == "grpo":
+        from trl import GRPOConfig, GRPOTrainer
+
+        return GRPOTrainer(model=model, reward_funcs=[coin_reward], args=GRPOConfig(**common),
+                           train_dataset=dataset)
+    if kind == "sdpo":
+        from trl.experimental.sdpo import SDPOConfig, SDPOTrainer
+
+        return SDPOTrainer(model=model, reward_funcs=[coin_reward], args=SDPOConfig(**common),
+                           train_dataset=dataset)
+    raise ValueError(f"kind={kind!r} is invalid: allowed values are grpo, sdpo")

@@ -24,6 +24,41 @@ from bench import _common  # noqa: E402
 from bench import _trainers  # noqa: E402
 
 
+def single_turn_block(args, episodes: int, repeats: int) -> dict:
+    """SkillDuet, GRPO (preset), TRL GRPOTrainer and TRL SDPOTrainer, one turn each, same prompts and batch."""
+    tokens = args.tokens_per_turn * 3
+    prompts = _trainers.single_turn_prompts(max(2, episodes // args.group) * 4)
+    with tempfile.TemporaryDirectory(prefix="skillduet-bench-st-") as tmp:
+        trainers = {
+            "skillduet_1turn": _trainers.make_trainer(Path(tmp) / "sd", "skillduet", size=args.size,
+                                                      episodes=episodes, group=args.group, max_turns=1,
+                                                      tokens_per_turn=tokens),
+            "grpo_1turn": _trainers.make_trainer(Path(tmp) / "gr", "grpo", size=args.size, episodes=episodes,
+                                                 group=args.group, max_turns=1, tokens_per_turn=tokens),
+            "trl_grpo": _trainers.make_trl_trainer(Path(tmp) / "tg", "grpo", prompts, size=args.size,
+                                                   episodes=episodes, group=args.group, max_completion_length=tokens),
+            "trl_sdpo": _trainers.make_trl_trainer(Path(tmp) / "ts", "sdpo", prompts, size=args.size,
+                                                   episodes=episodes, group=args.group, max_completion_length=tokens),
+        }
+        steppers = {name: _trainers.Stepper(t) for name, t in trainers.items()}
+        totals: dict[str, list[float]] = {name: [] for name in steppers}
+        for rnd in range(args.warmup + repeats):
+            for name, stepper in steppers.items():
+                phases = stepper.step()
+                if rnd >= args.warmup:
+                    totals[name].append(phases["total"])
+        lifecycle = getattr(trainers["skillduet_1turn"], "lifecycle", None)
+        if lifecycle is not None and hasattr(lifecycle, "close"):
+            lifecycle.close()
+    med = {name: statistics.median(v) for name, v in totals.items()}
+    return {"note": "single-turn: SDPO cannot play multi-turn episodes; same prompts (first ALFWorld turns), "
+                    "batch, completion budget; TRL trainers use a deterministic coin-flip reward",
+            "median_step_s": med,
+            "sdpo_over_trl_grpo": med["trl_sdpo"] / med["trl_grpo"],
+            "skillduet_over_grpo_1turn": med["skillduet_1turn"] / med["grpo_1turn"],
+            "skillduet_1turn_over_trl_sdpo": med["skillduet_1turn"] / med["trl_sdpo"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--size", default="tiny", help="tiny model shape: tiny | small | base (default tiny)")
@@ -36,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="SkillDuet consolidation interval (default 10, the paper's)")
     parser.add_argument("--no-local-only", dest="local_only", action="store_false",
                         help="skip the third configuration (Local-only: teacher pass without scoring or Global)")
+    parser.add_argument("--sdpo", action="store_true",
+                        help="also compare TRL's SDPOTrainer with TRL's GRPOTrainer and SkillDuet with GRPO on a "
+                             "matched single-turn batch (SDPO is single-turn)")
     args = parser.parse_args(argv)
     _common.apply_threads(args)
     episodes = args.episodes or (4 if args.smoke else 8)
@@ -96,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_with_amortised_consolidation": amortised,
         "per_step_s": {name: [round(r["total"], 3) for r in rs] for name, rs in rounds.items()},
     }
+    if args.sdpo:
+        results["single_turn"] = single_turn_block(args, episodes, repeats)
     _common.report("step_overhead_ratio", ratio, results, args)
     return 0
 

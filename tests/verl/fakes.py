@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from skillduet_plugin.integrations.verl.skill_server import insert_global
+from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill
 
-HINDSIGHT_HEADER = "## Hindsight skill"
+HINDSIGHT_HEADER = LOCAL_HEADER
 
 
 class FakeLifecycle:
@@ -35,8 +35,9 @@ class FakeLifecycle:
                 result.assignment[traj.traj_id] = skill.skill_id
         return result
 
-    def teacher_messages(self, prompt_messages, *, task, scope, local_skill):
-        return insert_global(prompt_messages, local_skill.text, header=HINDSIGHT_HEADER)
+    def teacher_messages(self, prompt_messages, *, task, scope, local_skill, global_version=None):
+        self.calls.append(("teacher_messages", global_version))
+        return insert_sections(prompt_messages, [f"{LOCAL_HEADER}\n{local_skill.text}"], task=task)
 
     def score(self, skills, trajectories, logprob_fn):
         contexts = [t.prompt_ids for t in trajectories]

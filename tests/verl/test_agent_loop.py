@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("verl")
 
-from skillduet_plugin.integrations.verl.skill_server import GLOBAL_HEADER, insert_global  # noqa: E402
 from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.rollout.toy import toy_initial_messages, toy_turn_message  # noqa: E402
+from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections  # noqa: E402
 from skillduet_plugin.skills.types import GlobalSkills  # noqa: E402
 
 GLOBAL_TEXT = "- Procedure: open the box first, then take the key."
@@ -86,7 +86,7 @@ def test_episode_tokens_masks_and_global(tiny_tokenizer):
     admissible = ["look", "open box", "open drawer", "open fridge", "take key", "take apple", "take pen"]
     plain = toy_initial_messages("toy", task="take the key from the box.", observation=obs,
                                  admissible_actions=admissible)
-    student = insert_global(plain, GLOBAL_TEXT)
+    student = insert_sections(plain, [f"{GLOBAL_HEADER}\n{GLOBAL_TEXT}"], task="take the key from the box.")
     assert out.prompt_ids == chat.prompt_ids(student)
     text = tiny_tokenizer.decode(out.prompt_ids)
     assert text.index("Your task is to: take the key from the box.") < text.index(GLOBAL_HEADER) \

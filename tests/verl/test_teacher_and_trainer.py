@@ -36,7 +36,8 @@ def _rows(chat):
         mask = [1] * 6 + [0] * (len(response) - 12) + [1] * 6
         records.append({"skillduet": {"task_id": task_id, "scope": scope, "task": task, "prompt_messages": plain,
                                       "messages": plain, "won": i == 0, "reward": float(i == 0),
-                                      "actions": ["look", "open box"], "observations": ["a room", "obs", "x"]}})
+                                      "actions": ["look", "open box"], "observations": ["a room", "obs", "x"],
+                                      "global_version": 2}})
         prompts.append(torch.tensor(prompt))
         responses.append(torch.tensor(response))
         masks.append(torch.tensor(mask[: len(response)] + [1] * max(0, len(response) - len(mask))))
@@ -139,14 +140,17 @@ def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch,
         assert torch.count_nonzero(opd_mask[row]) == 0 and torch.count_nonzero(teacher[row]) == 0
     assert metrics["skillduet/local_skills"] == 2 and metrics["skillduet/opd_trajectory_ratio"] == 2 / 3
 
+    # the teacher prompt pins the Global version the rollout saw
+    assert [c for c in lifecycle.calls if c[0] == "teacher_messages"] == [("teacher_messages", 2)] * 2
     trainer._compute_advantage(batch, metrics)
-    name, skill_ids, advantages, values = lifecycle.calls[1]
+    calls = [c for c in lifecycle.calls if c[0] != "teacher_messages"]
+    name, skill_ids, advantages, values = calls[1]
     assert name == "score" and len(skill_ids) == 2
     assert advantages == pytest.approx([0.0, 1.0, 2.0])  # trajectory-mean advantages for the Utility score
     assert [len(v) for v in values] == [len(r) for r in responses[:3]]
 
     trainer.on_step_end()
-    assert lifecycle.calls[2] == ("end_step", 10)
+    assert lifecycle.calls[-1] == ("end_step", 10)
     assert trainer.published[-1] == {s: {"scope": s, "version": 1, "text": f"global v1 of {s}", "items": []}
                                      for s in ("fetch", "open")}
 

@@ -20,8 +20,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, EXTRA_KEY
 from skillduet_plugin.integrations.verl.settings import EnvSettings, settings_from_trainer_config
-from skillduet_plugin.integrations.verl.skill_server import client_for, insert_global
+from skillduet_plugin.integrations.verl.skill_server import client_for
 from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
+from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,15 @@ class SkillDuetAgentLoop(AgentLoopBase):
         self.project_action_fn = load_function(env.project_action_fn) if env.project_action_fn \
             else projection.project_action
         self.global_client = client_for(self.settings.global_server)
+        self.special_tokens = tokenizer_special_tokens(self.tokenizer)
+
+    def student_messages(self, prompt_messages: list[dict[str, str]], task: str, global_text: str) -> list[dict]:
+        """The rollout prompt, built exactly as ``SkillLifecycle.student_messages`` builds it on the trainer (same
+        section, budget and position), so the teacher prompt is this prompt plus the Local skill."""
+        method = self.settings.method
+        section = skill_section(GLOBAL_HEADER, global_text, method.skill_token_budget, self.tokenizer,
+                                self.special_tokens)
+        return insert_sections(prompt_messages, [section], task=task, position=method.skill_position)
 
     async def _call(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return await self.loop.run_in_executor(None, lambda: fn(*args, **kwargs))
@@ -115,9 +126,7 @@ class SkillDuetAgentLoop(AgentLoopBase):
         prompt_messages = self.initial_messages_fn(cfg.name, task=task, observation=str(obs),
                                                    admissible_actions=admissible, system_prompt=cfg.system_prompt)
         global_skills = await self.global_client.get(scope) if method.use_global else None
-        student = prompt_messages
-        if global_skills is not None and global_skills.text:
-            student = insert_global(prompt_messages, global_skills.text, position=method.skill_position)
+        student = self.student_messages(prompt_messages, task, global_skills.text if global_skills else "")
         tokens = EpisodeTokens(prompt_ids=await self._call(self.chat.prompt_ids, student))
         messages = [dict(m) for m in student]
         record: dict[str, Any] = {"actions": [], "responses": [], "observations": [str(obs)], "valid": []}

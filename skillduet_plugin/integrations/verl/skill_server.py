@@ -1,5 +1,5 @@
 """Serves the current Global skills cluster-wide: a named Ray actor the trainer publishes to after each
-consolidation and every agent-loop worker (on any node) reads from, plus message-level Global insertion.
+consolidation and every agent-loop worker (on any node) reads from.
 
 The skill bank itself (SQLite) stays with the trainer; only the immutable Global versions travel, so no agent
 loop ever reads a file that only one node can see.
@@ -16,8 +16,6 @@ from skillduet_plugin.skills.types import GlobalSkills
 logger = logging.getLogger(__name__)
 
 SERVER_NAMESPACE = "skillduet"
-GLOBAL_HEADER = "## Skills for this task"
-TASK_LINE_PREFIX = "Your task is to:"
 
 
 class GlobalSkillStore:
@@ -108,39 +106,5 @@ def client_for(name: str) -> GlobalSkillClient:
     return _clients[name]
 
 
-def insert_global(messages: list[dict[str, str]], text: str, position: str = "after_task",
-                  header: str = GLOBAL_HEADER) -> list[dict[str, str]]:
-    """A copy of ``messages`` with the Global ``text`` inserted at message level (never by editing a templated
-    string, never cutting the task).
-
-    ``after_task``: a section right after the ``Your task is to:`` line of the first user message (at the
-    start of that message if it has no such line); ``user_start``: at the start of the first user message;
-    ``system``: appended to the system message (created if absent). Empty ``text`` returns the copy unchanged.
-    """
-    out = [dict(m) for m in messages]
-    if not text or not text.strip():
-        return out
-    section = f"{header}\n{text.strip()}"
-    if position == "system":
-        if out and out[0].get("role") == "system":
-            out[0]["content"] = f"{out[0]['content'].rstrip()}\n\n{section}"
-        else:
-            out.insert(0, {"role": "system", "content": section})
-        return out
-    if position not in ("after_task", "user_start"):
-        raise ValueError(f"position={position!r} is invalid: allowed values are after_task, user_start, system")
-    idx = next((i for i, m in enumerate(out) if m.get("role") == "user"), None)
-    if idx is None:
-        raise ValueError("messages have no user message to carry the Global skills")
-    content = out[idx]["content"]
-    lines = content.split("\n")
-    task_at = next((i for i, line in enumerate(lines) if line.startswith(TASK_LINE_PREFIX)), None)
-    if position == "user_start" or task_at is None:
-        out[idx]["content"] = f"{section}\n\n{content}"
-    else:
-        out[idx]["content"] = "\n".join(lines[: task_at + 1] + ["", section, ""] + lines[task_at + 1:])
-    return out
-
-
-__all__ = ["GLOBAL_HEADER", "GlobalSkillClient", "GlobalSkillStore", "SERVER_NAMESPACE", "client_for",
-           "create_server", "global_from_dict", "global_to_dict", "insert_global"]
+__all__ = ["GlobalSkillClient", "GlobalSkillStore", "SERVER_NAMESPACE", "client_for",
+           "create_server", "global_from_dict", "global_to_dict"]

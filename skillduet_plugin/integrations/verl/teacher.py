@@ -53,8 +53,9 @@ def plan_teacher_batch(student_prompts: Sequence[Sequence[int]], responses: Sequ
         skill = extraction.skill_for(traj.traj_id)
         if skill is None or not traj.prompt_messages:
             continue
+        # the Global version that was in the rollout prompt, so teacher = student prompt + Local skill
         messages = lifecycle.teacher_messages(traj.prompt_messages, task=traj.task, scope=traj.scope,
-                                              local_skill=skill)
+                                              local_skill=skill, global_version=traj.global_version)
         contexts[row] = list(chat.prompt_ids(messages))
         has_skill[row] = True
         skill_ids[row] = skill.skill_id

@@ -65,7 +65,9 @@ class SkillDuetTrainer(PPOTrainerSync):
     def _make_lifecycle(self, bank_path: str) -> Any:
         from skillduet_plugin.skills.lifecycle import SkillLifecycle
 
-        return SkillLifecycle(self.skillduet.method, bank_path, tokenizer=self.tokenizer)
+        template_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", None) or {})
+        return SkillLifecycle(self.skillduet.method, bank_path, tokenizer=self.tokenizer,
+                              env=self.skillduet.env.name, chat_template_kwargs=template_kwargs)
 
     # ------------------------------------------------------------------ set-up
     def _ensure_lifecycle(self) -> None:

@@ -132,10 +132,22 @@ def _run_section(run: RunData, label: str, index: int, assets: Path, md_dir: Pat
     if run.evaluations:
         lines += [f"{level}# Evaluation", ""]
         for name, data in run.evaluations.items():
-            flat = [(k, v) for k, v in _flat(data) if not isinstance(v, str) or len(v) < 80]
-            if flat:
-                lines += [f"`{name}`", ""] + _table(["metric", "value"], [[k, _fmt(v)] for k, v in flat]) + [""]
+            lines += [f"`{name}`", ""] + _evaluation_table(data) + [""]
     return lines
+
+
+def _evaluation_table(data: Any) -> list[str]:
+    """A condition x metric table for ``{"conditions": {name: {success, avg, score, per_type: {...}}}}``
+    evaluations; any other JSON as a flat metric/value table of its scalars."""
+    conditions = data.get("conditions") if isinstance(data, Mapping) else None
+    if isinstance(conditions, Mapping) and conditions and all(isinstance(c, Mapping) for c in conditions.values()):
+        types = sorted({t for c in conditions.values() for t in (c.get("per_type") or {})})
+        cols = [k for k in ("success", "avg", "score", "episodes") if any(k in c for c in conditions.values())]
+        rows = [[str(name)] + [_fmt(c.get(k)) for k in cols] + [_fmt((c.get("per_type") or {}).get(t)) for t in types]
+                for name, c in conditions.items()]
+        return _table(["condition"] + cols + types, rows)
+    flat = [(k, v) for k, v in _flat(data) if not isinstance(v, str) or len(v) < 80]
+    return _table(["metric", "value"], [[k, _fmt(v)] for k, v in flat]) if flat else ["(no scalar values)"]
 
 
 def _side_by_side(runs: Sequence[RunData], labels: Sequence[str], assets: Path, md_dir: Path,

@@ -98,7 +98,7 @@ def _read_evaluations(root: Path, records: list[dict[str, Any]]) -> dict[str, An
                 continue
     for r in records:
         event = str(r.get("event", ""))
-        if event.startswith("eval"):
+        if event.startswith("eval") or event == "summary":
             key = event if "step" not in r else f"{event}@{r['step']}"
             found.setdefault(key, {k: v for k, v in r.items() if k != "event"})
     return found

@@ -35,7 +35,12 @@ def make_run(root: Path, *, name: str, method: str, success: list[float], with_b
             rec.update({"opd/gate_mean": 0.5 + 0.01 * step, "opd/gate_active_ratio": 0.4, "opd/loss": -0.1,
                         "opd/teacher_minus_student": 0.2, "skills/global_tokens": 10.0 * step})
         lines.append(json.dumps(rec))
+    lines.append(json.dumps({"event": "summary", "success_before": 0.25, "success_after": 0.5}))
     (root / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "eval").mkdir()
+    (root / "eval" / "after.json").write_text(json.dumps({"panel": "valid_unseen", "conditions": {
+        "none": {"success": 0.5, "avg": 0.5, "episodes": 4, "per_type": {"clean": 1.0, "pick": 0.0}},
+        "learned": {"success": 0.75, "avg": 0.75, "episodes": 4, "per_type": {"clean": 1.0, "pick": 0.5}}}}))
     if with_bank:
         bank = SkillBank(root / "skill_bank.sqlite")
         a = Skill(text="open the fridge first", scope="pick", kind="procedure", step=1)
@@ -78,6 +83,10 @@ def test_single_run_report_has_every_plot_and_hand_checked_numbers(tmp_path):
     assert "| 6 | 1 | 0.9 | 0.9 |" in text
     # Global versions: "- clean it in the sinkbasin\n- then place it" is 10 whitespace words (the "-" bullets count)
     assert "| 6 | clean | 1 | 2 | 10 |" in text
+    # the evaluation file as a condition x metric table, the run's summary event as metric/value rows
+    assert "| condition | success | avg | episodes | clean | pick |" in text
+    assert "| learned | 0.75 | 0.75 | 4 | 1 | 0.5 |" in text
+    assert "| success_after | 0.5 |" in text
 
 
 def test_several_runs_side_by_side_through_the_cli(tmp_path, capsys):

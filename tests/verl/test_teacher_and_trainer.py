@@ -184,3 +184,26 @@ def test_checkpoint_snapshots_after_consolidation_and_resume_restores(monkeypatc
 
     with pytest.raises(FileNotFoundError, match="skill bank"):
         again._restore_skill_bank(str(tmp_path / "global_step_99"))
+
+
+def test_real_lifecycle_teacher_prompt_is_student_prompt_plus_one_span(tiny_tokenizer, tmp_path):
+    """With the real SkillLifecycle, the teacher row differs from the rollout prompt only by the Local skill."""
+    from skillduet_plugin.config import SkillDuetConfig
+    from skillduet_plugin.skills.lifecycle import SkillLifecycle
+    from skillduet_plugin.skills.types import ExtractionResult, Skill
+
+    chat = ChatTokenizer(tiny_tokenizer)
+    lifecycle = SkillLifecycle(SkillDuetConfig(), tmp_path / "bank.sqlite", tokenizer=tiny_tokenizer, env="toy")
+    records, prompts, responses, masks, old = _rows(chat)
+    for r in records:
+        r["skillduet"]["global_version"] = None
+    trajs = build_trajectories(["k0", "k1", "k2"], [r["skillduet"] for r in records[:3]], prompts[:3],
+                               responses[:3], masks[:3], old[:3], step=1)
+    skill = Skill(text="- Correction: open the box before taking the key.", scope="fetch", kind="correction")
+    extraction = ExtractionResult(skills=[skill], assignment={"k0": skill.skill_id})
+    plan = plan_teacher_batch(prompts[:3], responses[:3], trajs, extraction, lifecycle, chat)
+    student, teacher = prompts[0].tolist(), plan.contexts[0]
+    head = next(i for i, (a, b) in enumerate(zip(student, teacher)) if a != b)
+    tail = len(student) - head
+    assert teacher[:head] == student[:head] and teacher[-tail:] == student[head:]
+    assert "open the box before taking the key" in tiny_tokenizer.decode(teacher[head:len(teacher) - tail])

@@ -1,0 +1,115 @@
+"""``skillduet eval RUN_DIR_OR_MODEL``: the controlled evaluation (no Global / length-matched neutral text /
+learned Global) of fixed weights on a fixed panel, printed as a table and saved as JSON and Markdown.
+
+Decoding is greedy, so the numbers are deterministic for given weights, panel and Global.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="a run directory (uses final_model/ and skill_bank.sqlite) or a model folder")
+    parser.add_argument("--env", choices=("alfworld", "webshop"), default=None,
+                        help="environment (default: the run's; alfworld for a bare model)")
+    parser.add_argument("--panel", default=None,
+                        help="panel split: valid_unseen | valid_seen (ALFWorld), test (WebShop); default: the run's")
+    parser.add_argument("--limit", type=int, default=0, help="first N panel tasks, round-robin over types (0: all)")
+    parser.add_argument("--data-dir", default=None, help="benchmark data folder (default: the run's / generated)")
+    parser.add_argument("--bank", default=None, help="skill bank to take the learned Global from (default: the run's)")
+    parser.add_argument("--conditions", default="none,neutral,learned",
+                        help="comma-separated subset of none,neutral,learned")
+    parser.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the run's)")
+    parser.add_argument("--output-dir", default=None, help="where eval_<panel>.json/.md go (default: <run>/eval)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from skillduet_plugin.config import ConfigError
+
+    try:
+        return _run(args)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"skillduet eval: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from skillduet_plugin.config import ConfigError
+    from skillduet_plugin.runs.config import RunConfig, load_run_config
+    from skillduet_plugin.runs.evaluate import CONDITIONS, eval_lifecycle, evaluate_conditions, format_table
+    from skillduet_plugin.runs.environment import make_pool
+    from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
+    from skillduet_plugin.runs.trl_runner import OFFLINE_ENV, _load, panel, set_threads
+
+    import os
+
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    target = Path(args.target).expanduser()
+    out_dir: Path | None = Path(args.output_dir) if args.output_dir else None
+    if (target / CONFIG_FILE).is_file():
+        run = RunDir.open(target)
+        data = yaml.safe_load(run.config.read_text()) or {}
+        data["output_dir"] = None
+        config = RunConfig.from_dict(data)
+        model_dir = run.final_model
+        if not (model_dir / "config.json").is_file():
+            raise FileNotFoundError(f"{target} has no final_model/: the run did not finish; pass a checkpoint "
+                                    f"folder as the target instead")
+        bank = Path(args.bank) if args.bank else run.bank
+        out_dir = out_dir or run.eval_dir
+    elif (target / "config.json").is_file():
+        config = load_run_config(None, [f"model={target}", "warm_start.enabled=false"])
+        model_dir = target
+        bank = Path(args.bank) if args.bank else None
+    else:
+        raise FileNotFoundError(f"{args.target} is neither a run directory ({CONFIG_FILE}) nor a model folder "
+                                f"(config.json)")
+    changes = {}
+    if args.env:
+        changes["env"] = args.env
+        if not args.panel:
+            changes["eval_panel"] = None
+    if args.panel:
+        changes["eval_panel"] = args.panel
+    if args.data_dir:
+        changes["data_dir"] = args.data_dir
+    if args.max_turns:
+        changes["max_turns"] = args.max_turns
+    config = RunConfig.from_dict({**config.to_dict(), **changes})
+    conditions = tuple(c.strip() for c in args.conditions.split(",") if c.strip())
+    bad = [c for c in conditions if c not in CONDITIONS]
+    if bad:
+        raise ConfigError(f"--conditions={args.conditions!r} is invalid: allowed values are {', '.join(CONDITIONS)}")
+    if args.limit < 0:
+        raise ConfigError(f"--limit={args.limit} is invalid: expected 0 (all) or a positive count")
+
+    set_threads(config)
+    model, tokenizer = _load(model_dir, config)
+    tasks = panel(config, limit=args.limit)
+    lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None
+    pool = make_pool(config, config.panel)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        results = evaluate_conditions(model, tokenizer, tasks, env_name=config.env, pool=pool, lifecycle=lifecycle,
+                                      conditions=conditions, max_turns=config.max_turns,
+                                      max_new_tokens=config.max_new_tokens_per_turn,
+                                      max_total_tokens=config.max_total_tokens, log=log)
+    finally:
+        pool.close()
+        if lifecycle is not None:
+            lifecycle.close()
+    results.update(panel=config.panel, env=config.env, model=str(model_dir), bank=str(bank) if bank else None,
+                   max_turns=config.max_turns)
+    table = format_table(results, config.env, title=f"{config.env} {config.panel}: {model_dir}")
+    print(table, end="")
+    if out_dir is not None:
+        write_json(out_dir / f"eval_{config.panel}.json", results)
+        (out_dir / f"eval_{config.panel}.md").write_text(table)
+        print(out_dir / f"eval_{config.panel}.md")
+    return 0

@@ -123,6 +123,11 @@ def hf_generate_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0,
     return generate
 
 
+def _uses_global(lifecycle: Any) -> bool:
+    """False for a lifecycle configured without the Global (the Local-only ablation)."""
+    return bool(getattr(getattr(lifecycle, "config", None), "use_global", True))
+
+
 def _group_indices(task_ids: Sequence[str]) -> list[int]:
     seen: dict[str, int] = {}
     result = []
@@ -148,8 +153,9 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             ``step(episode_ids, actions) -> list[StepResult]``, episode ids being positions in ``task_ids``.
         generate_fn: batched sampler, see :data:`GenerateFn`.
         chat: tokenises prompts and environment turns.
-        lifecycle: a ``SkillLifecycle``; when given, the Global of the task's scope (``lifecycle.scope_for``) is
-            inserted into the first prompt (``student_messages``). None: no skills, scope = the task type.
+        lifecycle: a ``SkillLifecycle``; when given, episodes get its scope key (``lifecycle.scope_for``) and,
+            unless its config has ``use_global=False``, the Global of that scope in the first prompt
+            (``student_messages``). None: no skills, scope = the task type.
         max_turns: policy turns per episode at most.
         max_new_tokens: tokens per policy turn at most.
         max_total_tokens: prompt + completion tokens per episode at most (the model's context budget).
@@ -195,7 +201,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
                                               system_prompt=system_prompt)
         student = prompt_messages
         version = None
-        if lifecycle is not None and res.error is None:
+        if lifecycle is not None and res.error is None and _uses_global(lifecycle):
             student = lifecycle.student_messages(prompt_messages, task=task, scope=scope)
             version = lifecycle.global_for(scope).version
         tokens = EpisodeTokens(prompt_ids=chat.prompt_ids(student))

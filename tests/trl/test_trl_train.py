@@ -92,6 +92,8 @@ def test_ablations_come_from_config_alone(make_trainer, monkeypatch):
     batch = local_only._generate_and_score_completions(group_rows(local_only, 0))
     assert batch["opd_mask"].sum() > 0
     assert all(v is None for v in local_only.rollout_history[-1]["global_versions"])
+    monkeypatch.setattr(local_only.lifecycle, "end_step", lambda *a: pytest.fail("Local-only consolidates nothing"))
+    local_only.skillduet_end_step(local_only.skillduet.consolidation_interval)
 
     # opd_coef=0: extraction and scoring still run (the Global evolves), no OPD tensors reach the loss.
     no_opd = make_trainer(out_dir=local_only.args.output_dir + "-noopd", skillduet={"opd_coef": 0.0},

@@ -34,7 +34,7 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
             with torch.no_grad():
                 return run_episodes(
                     task_ids, env_name=args.env_name, pool=trainer.env_pool, generate_fn=generate,
-                    chat=trainer.chat, lifecycle=trainer.lifecycle if trainer.skillduet.use_global else None,
+                    chat=trainer.chat, lifecycle=trainer.lifecycle,
                     max_turns=args.max_turns, max_new_tokens=args.max_new_tokens_per_turn,
                     max_total_tokens=max_total, max_completion_tokens=args.max_completion_length,
                     **trainer.rollout_kwargs)

@@ -117,6 +117,10 @@ class SkillDuetMixin:
             "mode": mode, "step": self.state.global_step + (1 if mode == "train" else 0),
             "task_ids": task_ids, "global_versions": [ep.global_version for ep in self._episodes]})
         self._log_rollout_metrics(mode)
+        # What this process rolled out (and, below, distilled) last, row by row: for inspection, reports, tests.
+        self.last_rollout = {"episodes": self._episodes, "trajectories": [],
+                             "local_skills": [None] * len(self._episodes),
+                             "teacher_prompt_ids": [list(ep.tokens.prompt_ids) for ep in self._episodes]}
         return rollout_output(self._episodes, self.chat.eos_token_id)
 
     def _log_rollout_metrics(self, mode: str) -> None:
@@ -136,7 +140,7 @@ class SkillDuetMixin:
         cfg = self.skillduet
         if self.lifecycle is None or (not cfg.extract_local and cfg.opd_coef == 0):
             return output
-        batch, width = output["completion_ids"].shape
+        batch = output["completion_ids"].shape[0]
         device = output["completion_ids"].device
         has_skill = torch.zeros(batch, dtype=torch.float32, device=device)
         teacher_prompts = [list(ep.tokens.prompt_ids) for ep in self._episodes]
@@ -161,9 +165,7 @@ class SkillDuetMixin:
             if cfg.use_global:
                 self._score(result.skills, trajs)
             self._log_skill_metrics(mode, result, has_skill)
-        # What this process rolled out and distilled last, row by row (for inspection, reports and tests).
-        self.last_rollout = {"episodes": self._episodes, "trajectories": trajs, "local_skills": local_skills,
-                             "teacher_prompt_ids": teacher_prompts}
+        self.last_rollout.update(trajectories=trajs, local_skills=local_skills, teacher_prompt_ids=teacher_prompts)
         if cfg.opd_coef > 0:
             mask = output["completion_mask"].float()
             if "tool_mask" in output:
@@ -314,8 +316,11 @@ class SkillDuetMixin:
 
     # ------------------------------------------------------------------ skill bank across steps and checkpoints
     def skillduet_end_step(self, step: int) -> None:
-        """After each optimizer step: consolidation on the main process, then every process sees the result."""
-        if self.lifecycle is None:
+        """After each optimizer step: consolidation on the main process, then every process sees the result.
+
+        Without the Global (Local-only) nothing is consolidated: no synthesizer call for a Global nobody reads.
+        """
+        if self.lifecycle is None or not self.skillduet.use_global:
             return
         if self.accelerator.is_main_process:
             self.lifecycle.end_step(step)

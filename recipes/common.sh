@@ -104,9 +104,12 @@ run_recipe() {
     local env=$1 exp=$2
     shift 2
     skillduet_env_args "$env"
+    local dry=()
+    # a dry run leaves nothing behind (no hydra outputs/ folder)
+    if [[ -n "${DRY_RUN:-}" && "${DRY_RUN}" != 0 ]]; then dry=(hydra.output_subdir=null hydra.run.dir=. hydra/job_logging=none hydra/hydra_logging=none); fi
     "$PYTHON" -m skillduet_plugin.main_ppo \
         "${BASE_ARGS[@]}" "${ENV_ARGS[@]}" \
         trainer.experiment_name="${EXP:-$exp}" \
         trainer.default_local_dir="${CKPT_ROOT:-checkpoints}/$PROJECT/${EXP:-$exp}" \
-        "$@"
+        "${dry[@]}" "$@"
 }

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf, open_dict
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, PLUGIN_NAME, TRAINER_NAME
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_config")
 STOCK_TRAINER_MODE = "sync"
 STOCK_AGENT_LOOP = "single_turn_agent"
 
@@ -85,7 +85,7 @@ def run(config: Any) -> None:
         verl_main.__wrapped__(config)  # verl's own legacy (V0) path, unchanged
 
 
-@hydra.main(config_path="config", config_name="skillduet_trainer", version_base=None)
+@hydra.main(config_path="verl_config", config_name="skillduet_trainer", version_base=None)
 def main(config: Any) -> None:
     run(config)
 

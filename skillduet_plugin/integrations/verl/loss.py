@@ -4,6 +4,11 @@ verl's registered policy losses cannot see extra per-token tensors, so the OPD t
 level (``TrainingWorker.set_loss_fn``), where the whole micro-batch TensorDict is visible. The per-token term
 is ``core.opd.opd_per_token``; it is aggregated with verl's ``agg_loss`` and the actor's ``global_batch_info``
 so the loss stays invariant to how a mini-batch is split into micro-batches and data-parallel ranks.
+
+Normalisation: with ``loss_agg_mode=token-mean`` verl divides by the response tokens of the whole mini-batch,
+so the OPD term here is Eq. 1 scaled by the share of response tokens whose trajectory has a Local skill
+(logged as ``skillduet/opd_token_ratio``; close to 1 when the analyzer serves every group). The TRL adapter
+divides by the supervised tokens themselves (Eq. 1 exactly).
 """
 
 from __future__ import annotations

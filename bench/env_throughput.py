@@ -28,13 +28,19 @@ def play_round(pool, task_ids: list[str], steps: int, seed: int) -> dict[str, fl
     reset_s = time.perf_counter() - start
     errors = sum(r.error is not None for r in results)
     live = {i: r.info.get("admissible_actions") or ["look"] for i, r in enumerate(results) if not r.done}
+    tasks = {i: str(r.info.get("task", "")) for i, r in enumerate(results)}
+
+    def choose(i: int) -> str:
+        action = rng.choice(sorted(live[i]))
+        # WebShop's search page offers a template, not a query: search the instruction's words like a policy
+        return f"search[{' '.join(tasks[i].split()[:8])}]" if "<your query>" in action else action
     n_steps = 0
     start = time.perf_counter()
     for _ in range(steps):
         if not live:
             break
         ids = sorted(live)
-        outs = pool.step(ids, [rng.choice(sorted(live[i])) for i in ids])
+        outs = pool.step(ids, [choose(i) for i in ids])
         n_steps += len(ids)
         for i, r in zip(ids, outs):
             errors += r.error is not None

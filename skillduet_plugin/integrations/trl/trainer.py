@@ -233,6 +233,9 @@ class SkillDuetMixin:
         from trl.models.utils import disable_gradient_checkpointing
 
         model = self.accelerator.unwrap_model(self.model)
+        if hasattr(model, "get_base_model"):
+            # PEFT injects its adapters into the base model in place: the base model computes with them active.
+            model = model.get_base_model()
 
         def logprob_fn(contexts, responses) -> list[torch.Tensor]:
             with torch.no_grad(), self.accelerator.autocast(), \

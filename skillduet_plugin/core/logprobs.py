@@ -38,12 +38,18 @@ def plan_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
 
 def _split_model(model: torch.nn.Module):
     """(decoder, lm_head) when the model exposes them plainly, else None (use full logits)."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):  # a PEFT wrapper: its base model still runs with the adapters active
+        model = get_base()
     config = getattr(model, "config", None)
     if config is not None and getattr(config, "final_logit_softcapping", None):
         return None
     get_head = getattr(model, "get_output_embeddings", None)
     decoder = getattr(model, "base_model", None)
     if get_head is None or decoder is None or decoder is model:
+        return None
+    inner_head = getattr(decoder, "get_output_embeddings", None)
+    if callable(inner_head) and inner_head() is not None:  # another LM wrapper, not a bare decoder
         return None
     head = get_head()
     if head is None or not isinstance(head, torch.nn.Linear):

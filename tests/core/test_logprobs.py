@@ -83,3 +83,18 @@ def test_pad_logprobs():
     out, mask = pad_logprobs([torch.tensor([1.0, 2.0]), torch.tensor([3.0])])
     assert out.tolist() == [[1.0, 2.0], [3.0, 0.0]]
     assert mask.tolist() == [[1.0, 1.0], [1.0, 0.0]]
+
+
+def test_peft_wrapped_model_uses_the_adapters(tiny_model, mixed_batch):
+    peft = pytest.importorskip("peft")
+    contexts, responses = mixed_batch
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    model = peft.get_peft_model(tiny_model, config)
+    with torch.no_grad():
+        got = response_logprobs(model, contexts, responses)
+        for ctx, resp, g in zip(contexts, responses, got):
+            if resp:
+                torch.testing.assert_close(g, naive_logprobs(model, ctx, resp), rtol=1e-4, atol=1e-5)
+        with model.disable_adapter():
+            plain = response_logprobs(model, contexts[1:2], responses[1:2])[0]
+    assert not torch.allclose(plain, got[1])  # the adapters really changed the numbers

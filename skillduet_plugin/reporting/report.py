@@ -63,8 +63,10 @@ def summary_rows(runs: Sequence[RunData], labels: Sequence[str]) -> list[list[st
     for run, label in zip(runs, labels):
         cfg = run.config
         last = run.steps[-1]["step"] if run.steps else None
-        failures = _total(run.steps, "analyzer/failures") if has_series(run.steps, "skills/step_analyzer_failures") \
-            else _tail_mean(run.steps, "analyzer/failures", 1)
+        # per-step counts summed; without them, the last cumulative counter the lifecycle logged
+        failures = _total(run.steps, "skills/step_analyzer_failures")
+        if failures is None:
+            failures = _tail_mean(run.steps, "analyzer/failures", 1)
         rows.append([label, run.method or "–", str(cfg.get("env", "–")), str(cfg.get("model", "–")), _fmt(last),
                      _fmt(_tail_mean(run.steps, "success")), _fmt(_consolidations(run)),
                      _fmt(_tail_mean(run.steps, "global/tokens", 1)), _fmt(failures)])

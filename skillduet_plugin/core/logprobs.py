@@ -89,24 +89,25 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
     for chunk in plan_chunks(lengths, token_budget):
         max_len = max(lengths[i] for i in chunk)
         ids = torch.full((len(chunk), max_len), pad_token_id, dtype=torch.long)
-        attn = torch.zeros((len(chunk), max_len), dtype=torch.long)
         rows, cols, targets = [], [], []
         for row, i in enumerate(chunk):
             seq = list(contexts[i]) + list(responses[i])
             ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            attn[row, : len(seq)] = 1
             start = len(contexts[i])
             for j in range(len(responses[i])):
                 rows.append(row)
                 cols.append(start + j - 1)  # the position whose output predicts response token j
                 targets.append(responses[i][j])
-        ids, attn = ids.to(device), attn.to(device)
+        ids = ids.to(device)
+        # Rows are right-padded, so causal attention already hides the padding from every position we read:
+        # passing no attention mask keeps a causal LM on its fused attention path (about 2x faster on long rows)
+        # and leaves the outputs at real positions unchanged (tested against one-sequence-at-a-time forwards).
         rows_t = torch.tensor(rows, dtype=torch.long, device=device)
         cols_t = torch.tensor(cols, dtype=torch.long, device=device)
         targets_t = torch.tensor(targets, dtype=torch.long, device=device)
         if split is not None:
             decoder, head = split
-            hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+            hidden = decoder(input_ids=ids, attention_mask=None).last_hidden_state
             picked = hidden[rows_t, cols_t]
             pieces = []
             for k in range(0, picked.shape[0], _HEAD_ROWS):
@@ -115,7 +116,7 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
                 pieces.append(logits.gather(-1, tgt[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1))
             flat = torch.cat(pieces) if pieces else torch.zeros(0, device=device)
         else:
-            logits = model(input_ids=ids, attention_mask=attn).logits
+            logits = model(input_ids=ids, attention_mask=None).logits
             picked = logits[rows_t, cols_t].float() / temperature
             flat = picked.gather(-1, targets_t[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
         offset = 0

@@ -152,6 +152,8 @@ class EnvPool:
         # Resolved here so that envs registered in this process also work in spawned workers.
         self._target = ENV_REGISTRY[env_name]
         self._env_kwargs = dict(env_kwargs or {})
+        # same default split as envs.make: the factories' own defaults differ (WebShop's is its test panel)
+        self._env_kwargs.setdefault("split", "train")
         self._ctx = mp.get_context(mp_context) if num_workers else None
         self._workers: list[_Worker] = [self._spawn() for _ in range(num_workers)]
         self._local = _EpisodeRunner(self._target, self._env_kwargs) if num_workers == 0 else None

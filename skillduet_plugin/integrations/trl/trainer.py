@@ -276,7 +276,6 @@ class SkillDuetMixin:
         self._metrics[mode]["opd/supervised_ratio"].append(share)
         if self.accelerator.is_main_process:
             self._metrics[mode]["skills/extracted"].append(float(len(result.skills)))
-            self._metrics[mode]["skills/analyzer_failures"].append(float(result.failures))
             for key, value in (self.lifecycle.metrics() or {}).items():
                 if value is not None:
                     name = key if key.startswith("skills/") else f"skills/{key}"

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("trl")
 
 from skillduet_plugin.envs import ENV_REGISTRY, register_env  # noqa: E402
+from trl_helpers import small_args  # noqa: E402
 
 TOY_TARGET = "skillduet_plugin.rollout.toy:make_toy"
 
@@ -20,18 +21,6 @@ def toy_env_registered():
         ENV_REGISTRY.pop("toy", None)
     else:
         ENV_REGISTRY["toy"] = previous
-
-
-def small_args(out_dir, **overrides):
-    """A SkillDuetGRPOConfig for a seconds-long CPU run on the toy env (4 rollouts of one task per step)."""
-    from skillduet_plugin.integrations.trl import CPU_SAFE_DEFAULTS, SkillDuetGRPOConfig
-
-    values = {**CPU_SAFE_DEFAULTS, "output_dir": str(out_dir), "num_generations": 4, "per_device_train_batch_size": 4,
-              "max_completion_length": 160, "max_steps": 2, "env_name": "toy", "max_turns": 2,
-              "max_new_tokens_per_turn": 12, "save_strategy": "no", "seed": 0, "learning_rate": 1e-3,
-              "disable_tqdm": True}
-    values.update(overrides)
-    return SkillDuetGRPOConfig(**values)
 
 
 @pytest.fixture()
@@ -50,10 +39,3 @@ def make_trainer(tmp_path, tiny_model_dir):
         return SkillDuetGRPOTrainer(model=str(tiny_model_dir), args=args, **kwargs)
 
     return make
-
-
-def group_rows(trainer, task_index=3, n=None):
-    """One GRPO group of dataset rows, as the sampler would hand them to ``_generate_and_score_completions``."""
-    n = n or trainer.args.num_generations
-    row = dict(trainer.train_dataset[task_index])
-    return [dict(row) for _ in range(n)]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import group_rows
+from trl_helpers import group_rows
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 import torch
-from conftest import group_rows
+from trl_helpers import group_rows
 from trl import GRPOTrainer
 
 from skillduet_plugin.rollout.conversation import ChatTokenizer

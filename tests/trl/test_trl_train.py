@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import group_rows
+from trl_helpers import group_rows
 
 from skillduet_plugin.config import ConfigError, preset
 from skillduet_plugin.integrations.trl import SNAPSHOT_DIRNAME, make_env_reward, task_dataset
@@ -111,7 +111,7 @@ def test_ablations_come_from_config_alone(make_trainer, monkeypatch):
 
 
 def test_config_errors_name_the_field(tmp_path):
-    from conftest import small_args
+    from trl_helpers import small_args
 
     with pytest.raises(ConfigError, match=r"skillduet\.selector='best'"):
         small_args(tmp_path, skillduet={"selector": "best"})

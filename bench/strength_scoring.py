@@ -1,16 +1,11 @@
 """Benchmark: Strength scoring of K Local candidates on N held-out trajectories, batched vs a naive loop.
 
-Three configurations, interleaved, same inputs:
+Two configurations, interleaved, same inputs:
 
 - ``naive``: for every (skill, trajectory) pair, build the teacher context, run one model forward over
   context + completion, take a full-vocabulary ``log_softmax`` and read the completion tokens.
 - ``product``: ``skills.scoring.score_skills`` (what the lifecycle runs each step): contexts built per pair,
   then ONE ``core.logprobs.response_logprobs`` call over all pairs.
-- ``unmasked``: ``score_skills`` with a prototype of a proposed ``response_logprobs`` change: right-padded rows
-  are run WITHOUT an attention mask. Causal attention already keeps every real token from seeing the pads that
-  follow it, so the log-probs are the same, while a padding mask pushes PyTorch's SDPA off its fused causal
-  kernel onto the slow materialised-mask path (measured ~2x slower on CPU).
-
 The base log-probs are the trajectories' old log-probs (``Trajectory.base_logps``), computed once, untimed,
 as the trainer provides them. Scores must agree to 1e-5. Headline: ``strength_scoring_speedup`` =
 median(naive) / median(product).
@@ -50,39 +45,6 @@ def naive_strengths(model, skills, trajectories, context_fn) -> dict[str, float 
                 shifts.append(float(((skill_lp - base) * mask).sum() / mask.sum()))
             out[skill.skill_id] = strength(shifts)
     return out
-
-
-def unmasked_logprobs(model, contexts, responses, token_budget: int = 8192):
-    """Prototype of the proposed ``core.logprobs.response_logprobs`` fix: no attention mask on right padding.
-
-    Returns the same list of ``(len(responses[i]),)`` tensors as ``response_logprobs``.
-    """
-    import torch
-
-    from skillduet_plugin.core.logprobs import plan_chunks
-
-    lengths = [len(c) + len(r) for c, r in zip(contexts, responses)]
-    decoder, head = model.base_model, model.get_output_embeddings()
-    results = [None] * len(contexts)
-    for chunk in plan_chunks(lengths, token_budget):
-        ids = torch.zeros((len(chunk), max(lengths[i] for i in chunk)), dtype=torch.long)
-        rows, cols, targets = [], [], []
-        for row, i in enumerate(chunk):
-            seq = list(contexts[i]) + list(responses[i])
-            ids[row, : len(seq)] = torch.tensor(seq)
-            start = len(contexts[i])
-            rows += [row] * len(responses[i])
-            cols += range(start - 1, start - 1 + len(responses[i]))
-            targets += list(responses[i])
-        hidden = decoder(input_ids=ids).last_hidden_state[torch.tensor(rows), torch.tensor(cols)]
-        logits = head(hidden).float()
-        tgt = torch.tensor(targets)
-        flat = logits.gather(-1, tgt[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        offset = 0
-        for i in chunk:
-            results[i] = flat[offset: offset + len(responses[i])]
-            offset += len(responses[i])
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,23 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         scores = score_skills(skills, trajectories, logprob_fn, context_fn, policy="any", max_heldout=n)
         results["product"] = {sid: s.strength for sid, s in scores.items()}
 
-    def unmasked_fn(contexts, responses):
-        with torch.no_grad():
-            return unmasked_logprobs(model, contexts, responses, token_budget=args.token_budget)
-
-    def run_unmasked():
-        scores = score_skills(skills, trajectories, unmasked_fn, context_fn, policy="any", max_heldout=n)
-        results["unmasked"] = {sid: s.strength for sid, s in scores.items()}
-
     def run_contexts():  # the tokenisation share of the product path (chat template + injector per pair)
         for s, r in pairs:
             context_fn(r, s)
 
-    timings = _common.interleaved({"naive": run_naive, "product": run_product, "unmasked": run_unmasked,
-                                   "contexts_only": run_contexts},
+    timings = _common.interleaved({"naive": run_naive, "product": run_product, "contexts_only": run_contexts},
                                   repeats=repeats, warmup=args.warmup)
-    max_diff = max(abs(results["naive"][s.skill_id] - results[name][s.skill_id])
-                   for s in skills for name in ("product", "unmasked"))
+    max_diff = max(abs(results["naive"][s.skill_id] - results["product"][s.skill_id]) for s in skills)
     speedup = timings.ratio("naive", "product")
     summary = {
         "workload": {"k": k, "n": n, "pairs": len(pairs), "model_size": args.size,
@@ -155,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
                      "mean_seq_tokens": sum(lengths) / len(lengths),
                      "mean_completion_tokens": sum(len(r.completion_ids) for r in trajectories) / n},
         "timings": timings.summary(),
-        "speedup_unmasked": timings.ratio("naive", "unmasked"),
         "max_abs_strength_diff": max_diff,
         "scores_identical_1e-5": max_diff <= 1e-5,
     }

@@ -50,14 +50,14 @@ def main(args: Args) -> None:
     # 3. GRPO settings + the SkillDuet method + the multi-turn rollout settings, in one config.
     config = SkillDuetGRPOConfig(
         output_dir=args.output_dir,
-        **{**CPU_SAFE_DEFAULTS, "num_generations": args.num_generations},
+        # bf16=False, gradient_checkpointing=False, use_vllm=False, ...: TRL's GPU defaults off on CPU
+        **{**CPU_SAFE_DEFAULTS, "num_generations": args.num_generations, "max_completion_length": 2048},
         max_steps=args.steps,
         per_device_train_batch_size=args.tasks_per_step * args.num_generations,
         learning_rate=2e-4,
         beta=0.0,
         seed=args.seed,
         save_strategy="no",
-        max_completion_length=2048,
         skillduet={
             "opd_coef": 0.1,  # lambda_OPD: weight of the gated distillation term
             "gate_beta": 5.0,  # the confidence gate sigmoid(beta * (t - s))

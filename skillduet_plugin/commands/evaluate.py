@@ -44,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     from skillduet_plugin.runs.evaluate import CONDITIONS, eval_lifecycle, evaluate_conditions, format_table
     from skillduet_plugin.runs.environment import make_pool
     from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
-    from skillduet_plugin.runs.trl_runner import OFFLINE_ENV, _load, panel, set_threads
+    from skillduet_plugin.runs.trl_runner import OFFLINE_ENV, load_model, panel, set_threads
 
     import os
 
@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit={args.limit} is invalid: expected 0 (all) or a positive count")
 
     set_threads(config)
-    model, tokenizer = _load(model_dir, config)
+    model, tokenizer = load_model(model_dir, config)
     tasks = panel(config, limit=args.limit)
     lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None
     pool = make_pool(config, config.panel)

@@ -1,7 +1,8 @@
 """Lockstep multi-turn episode collection for a batch of tasks, with no trainer framework involved.
 
-All episodes of a batch advance together: one batched generation per turn for the episodes still running,
-one batched environment step, then the environment's reply is appended as masked tokens. The result holds
+All episodes of a batch advance together: one batched generation (or, in choose mode, one choice among the
+admissible actions, see ``rollout.choice``) per turn for the episodes still running, one batched environment
+step, then the environment's reply is appended as masked tokens. The result holds
 everything both adapters and the skill lifecycle need: the skill-free first prompt (for teacher and scoring
 contexts), the prompt the policy saw (with the Global), the token view with its mask, and the per-turn record.
 """
@@ -137,13 +138,18 @@ def _group_indices(task_ids: Sequence[str]) -> list[int]:
     return result
 
 
-def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_fn: GenerateFn,
+ACTION_SELECTIONS = ("generate", "choose")
+
+
+def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_fn: GenerateFn | None = None,
                  chat: ChatTokenizer, lifecycle: Any = None, max_turns: int, max_new_tokens: int,
                  max_total_tokens: int, max_completion_tokens: int | None = None,
                  system_prompt: str | None = None,
                  initial_messages_fn: Callable[..., list[dict[str, str]]] | None = None,
                  turn_message_fn: Callable[..., str] | None = None,
-                 project_action_fn: Callable[..., tuple[str, bool]] | None = None) -> list[Episode]:
+                 project_action_fn: Callable[..., tuple[str, bool]] | None = None,
+                 action_selection: str = "generate", choose_fn: Callable[..., list[Generation]] | None = None,
+                 action_response_fn: Callable[[str], str] | None = None) -> list[Episode]:
     """Play one episode per entry of ``task_ids`` (repeat a task id for a group), all in lockstep.
 
     Args:
@@ -151,7 +157,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         env_name: environment name for prompts and action projection (``envs.prompts``/``envs.projection``).
         pool: an ``EnvPool``-like object: ``reset(task_ids) -> list[StepResult]`` and
             ``step(episode_ids, actions) -> list[StepResult]``, episode ids being positions in ``task_ids``.
-        generate_fn: batched sampler, see :data:`GenerateFn`.
+        generate_fn: batched sampler, see :data:`GenerateFn` (used when ``action_selection="generate"``).
         chat: tokenises prompts and environment turns.
         lifecycle: a ``SkillLifecycle``; when given, episodes get its scope key (``lifecycle.scope_for``) and,
             unless its config has ``use_global=False``, the Global of that scope in the first prompt
@@ -164,6 +170,13 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         system_prompt: optional system message for ``initial_messages``.
         initial_messages_fn / turn_message_fn / project_action_fn: replace ``envs.prompts.initial_messages``,
             ``envs.prompts.turn_message`` and ``envs.projection.project_action`` (custom environments).
+        action_selection: ``generate`` (default): the policy writes each turn freely with ``generate_fn``.
+            ``choose``: constrained selection among the admissible actions (the CPU demo's tiny model):
+            each admissible action is written as ``action_response_fn(action)`` + eos (default
+            ``rollout.choice.action_response``, the warm start's format), ``choose_fn(contexts, candidates)``
+            (e.g. ``rollout.choice.hf_choice_fn``) picks one per episode, and its tokens are recorded as policy
+            tokens (mask 1) exactly as a generated turn would be. Candidates longer than the turn's token cap
+            are left out; an episode with none left ends ``truncated``.
 
     An episode ends when the environment says done, after ``max_turns`` turns, when the next turn no longer
     fits the token budget (``truncated``), or when its worker fails (``error``). A policy turn cut by
@@ -173,6 +186,16 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         raise ValueError(f"max_turns={max_turns!r} must be >= 1")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be >= 1")
+    if action_selection not in ACTION_SELECTIONS:
+        raise ValueError(f"action_selection={action_selection!r} is invalid: allowed values are "
+                         f"{', '.join(ACTION_SELECTIONS)}")
+    choosing = action_selection == "choose"
+    if choosing and choose_fn is None:
+        raise ValueError("action_selection='choose' needs choose_fn (e.g. rollout.choice.hf_choice_fn(model, chat))")
+    if not choosing and generate_fn is None:
+        raise ValueError("action_selection='generate' needs generate_fn (e.g. hf_generate_fn(model, chat))")
+    if choosing and action_response_fn is None:
+        from skillduet_plugin.rollout.choice import action_response as action_response_fn
     if initial_messages_fn is None or turn_message_fn is None:
         from skillduet_plugin.envs import prompts as _prompts
 
@@ -227,10 +250,21 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             active.remove(i)
 
     while active:
-        # Each episode gets its own cap so the whole batch never overshoots its budget.
-        caps = {i: min(max_new_tokens, budget_left(episodes[i]) - 1) for i in active}
-        width = max(caps.values())
-        gens = generate_fn([episodes[i].tokens.context_ids for i in active], width)
+        if choosing:
+            # A candidate ends in its own eos, so it may use the whole remaining budget.
+            caps = {i: min(max_new_tokens, budget_left(episodes[i])) for i in active}
+            candidates = _candidates(active, admissible, caps, chat, action_response_fn, env_name)
+            for i in [i for i in active if not candidates[i]]:
+                episodes[i].truncated = True
+            active = [i for i in active if candidates[i]]
+            if not active:
+                break
+            gens = choose_fn([episodes[i].tokens.context_ids for i in active], [candidates[i] for i in active])
+        else:
+            # Each episode gets its own cap so the whole batch never overshoots its budget.
+            caps = {i: min(max_new_tokens, budget_left(episodes[i]) - 1) for i in active}
+            width = max(caps.values())
+            gens = generate_fn([episodes[i].tokens.context_ids for i in active], width)
         if len(gens) != len(active):
             raise RuntimeError(f"generate_fn returned {len(gens)} generations for {len(active)} contexts")
         actions: list[str] = []
@@ -286,6 +320,19 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
     return episodes
 
 
+def _candidates(active: list[int], admissible: list[list[str]], caps: dict[int, int], chat: ChatTokenizer,
+                response_fn: Callable[[str], str], env_name: str) -> dict[int, list[list[int]]]:
+    """Per active episode, the token ids (response + eos) of every admissible action that fits its cap."""
+    result: dict[int, list[list[int]]] = {}
+    for i in active:
+        if not admissible[i]:
+            raise ValueError(f"action_selection='choose' needs the environment's admissible actions, but "
+                             f"{env_name!r} gave none for episode {i}: use action_selection='generate'")
+        cands = [chat.encode(response_fn(a)) + [chat.eos_token_id] for a in dict.fromkeys(admissible[i])]
+        result[i] = [c for c in cands if len(c) <= caps[i]]
+    return result
+
+
 def to_trajectory(episode: Episode, *, step: int, traj_id: str, split: str = "train", advantage: float = 0.0,
                   base_logps: Sequence[float] | None = None) -> Trajectory:
     """The skill lifecycle's view of an episode.
@@ -317,4 +364,5 @@ def to_trajectory(episode: Episode, *, step: int, traj_id: str, split: str = "tr
     )
 
 
-__all__ = ["Episode", "GenerateFn", "Generation", "hf_generate_fn", "run_episodes", "to_trajectory"]
+__all__ = ["ACTION_SELECTIONS", "Episode", "GenerateFn", "Generation", "hf_generate_fn", "run_episodes",
+           "to_trajectory"]

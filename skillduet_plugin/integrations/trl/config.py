@@ -22,6 +22,7 @@ from trl import GRPOConfig
 from skillduet_plugin.config import ConfigError, SkillDuetConfig
 
 TEACHER_AT = ("generation", "loss")
+ACTION_SELECTIONS = ("generate", "choose")
 
 #: GRPOConfig keywords for a CPU-only machine (merge under your own values: ``{**CPU_SAFE_DEFAULTS, **mine}``).
 CPU_SAFE_DEFAULTS: dict[str, Any] = {
@@ -59,6 +60,10 @@ class SkillDuetGRPOConfig(GRPOConfig):
             ``loss`` recomputes them with the live model in every loss call (fresh when ``num_iterations > 1``).
         skill_bank_dir: folder of the skill bank (default: ``output_dir``).
         logprob_token_budget: padded tokens per forward when scoring skills.
+        action_selection: ``generate`` (default) samples each turn freely; ``choose`` is constrained selection
+            among the environment's admissible actions (``rollout.choice``: each action's response is scored
+            by the policy and one is drawn from the softmax of the sums at ``temperature``), used by the CPU
+            demo's tiny model. The chosen tokens are trained on exactly as generated ones.
     """
 
     skillduet: dict[str, Any] | None = field(default=None, metadata={"help": "SkillDuet method settings."})
@@ -73,6 +78,7 @@ class SkillDuetGRPOConfig(GRPOConfig):
     teacher_at: str = field(default="generation", metadata={"help": "generation | loss"})
     skill_bank_dir: str | None = field(default=None, metadata={"help": "skill bank folder (default output_dir)"})
     logprob_token_budget: int = field(default=16384, metadata={"help": "padded tokens per scoring forward"})
+    action_selection: str = field(default="generate", metadata={"help": "generate | choose (admissible actions)"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -105,6 +111,9 @@ class SkillDuetGRPOConfig(GRPOConfig):
         _number_at_least("reward_scale", self.reward_scale, 0.0, open_low=True)
         if self.teacher_at not in TEACHER_AT:
             raise ConfigError(f"teacher_at={self.teacher_at!r} is invalid: allowed values are {', '.join(TEACHER_AT)}")
+        if self.action_selection not in ACTION_SELECTIONS:
+            raise ConfigError(f"action_selection={self.action_selection!r} is invalid: allowed values are "
+                              f"{', '.join(ACTION_SELECTIONS)}")
         if self.skill_bank_dir is None:
             self.skill_bank_dir = self.output_dir
 

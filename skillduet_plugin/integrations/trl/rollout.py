@@ -3,7 +3,8 @@
 TRL calls ``rollout_func(prompts, trainer)`` with the batch's placeholder prompts; the tasks come from the
 dataset rows the mixin exposes as ``trainer.batch_rows``. Episodes are sampled with HF ``generate`` on the
 unwrapped policy (eval mode, no grad), one completion per row: the whole multi-turn episode, environment tokens
-masked out through TRL's ``env_mask``.
+masked out through TRL's ``env_mask``. With ``action_selection="choose"`` each turn is instead a choice among the
+admissible actions (``rollout.choice.hf_choice_fn``), recorded as the same tokens.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 
 import torch
 
+from skillduet_plugin.rollout.choice import hf_choice_fn
 from skillduet_plugin.rollout.collector import Episode, hf_generate_fn, run_episodes
+
 
 def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
     """Run one episode per task id with the trainer's current weights."""
@@ -30,6 +33,9 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
             extra.update(args.generation_kwargs or {})
             generate = hf_generate_fn(policy, trainer.chat, temperature=args.temperature, top_p=args.top_p,
                                       batch_size=max(1, len(task_ids)), **extra)
+            choose = None
+            if args.action_selection == "choose":
+                choose = hf_choice_fn(policy, trainer.chat, temperature=args.temperature)
             max_total = args.max_total_tokens or int(getattr(policy.config, "max_position_embeddings", 32768))
             with torch.no_grad():
                 return run_episodes(
@@ -37,7 +43,7 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
                     chat=trainer.chat, lifecycle=trainer.lifecycle,
                     max_turns=args.max_turns, max_new_tokens=args.max_new_tokens_per_turn,
                     max_total_tokens=max_total, max_completion_tokens=args.max_completion_length,
-                    **trainer.rollout_kwargs)
+                    action_selection=args.action_selection, choose_fn=choose, **trainer.rollout_kwargs)
         finally:
             policy.train(was_training)
 

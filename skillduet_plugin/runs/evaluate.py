@@ -1,0 +1,218 @@
+"""The controlled evaluation of a trained model on a fixed panel (the paper's Table 3 protocol).
+
+The same weights are played greedily (deterministic) on the same panel under three prompt conditions: no
+Global, a length-matched neutral text in the Global's place (same token count per scope, content-free,
+deterministic), and the learned Global from the run's skill bank. Success is reported overall, per task type
+(ALFWorld) and as the mean of the per-type rates (``avg``); WebShop adds the mean score.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.skills.budget import count_tokens, truncate_lines
+
+CONDITIONS = ("none", "neutral", "learned")
+CONDITION_LABELS = {"none": "None", "neutral": "Length-matched neutral", "learned": "Learned Global"}
+
+# Content-free filler: says nothing about any task, environment, object or action.
+_NEUTRAL_SENTENCES = ("This line is neutral filler text.", "It carries no advice of any kind.",
+                      "It is here only to fill space.", "Nothing in it refers to the task.")
+
+
+def neutral_text(n_tokens: int, tokenizer: Any = None) -> str:
+    """Deterministic content-free text of exactly ``n_tokens`` tokens under ``tokenizer`` when reachable
+    (whitespace words without a tokenizer). Lines of fixed filler sentences, cut word by word, then padded
+    with single ``.`` characters for the last token or two."""
+    if n_tokens <= 0:
+        return ""
+    words: list[tuple[str, str]] = []  # (separator, word)
+    k = 0
+    while len(words) < 4 * n_tokens + 8:
+        sentence = _NEUTRAL_SENTENCES[k % len(_NEUTRAL_SENTENCES)].split(" ")
+        words += [("\n- " if i == 0 and k else ("- " if i == 0 else " "), w) for i, w in enumerate(sentence)]
+        k += 1
+    text = ""
+    for sep, word in words:
+        candidate = text + sep + word
+        if count_tokens(candidate, tokenizer) > n_tokens:
+            break
+        text = candidate
+    count = count_tokens(text, tokenizer)
+    while count < n_tokens:
+        for pad in (" .", ".", "\n.", " -", "-"):  # some pads merge with what precedes them: try the next
+            grown = count_tokens(text + pad, tokenizer)
+            if count < grown <= n_tokens:
+                text, count = text + pad, grown
+                break
+        else:
+            break
+    return text
+
+
+@dataclass
+class GlobalCondition:
+    """Lifecycle-like prompt builder for one evaluation condition (what ``run_episodes`` calls).
+
+    ``none`` leaves prompts alone; ``learned`` inserts the bank's current Global of the task's scope exactly as
+    training did (``SkillLifecycle.student_messages``); ``neutral`` inserts, with the same injector, a neutral
+    text with as many tokens as that (budget-truncated) Global.
+    """
+
+    mode: str
+    lifecycle: Any = None
+
+    def _scope(self, task_type: str) -> str:
+        return self.lifecycle.scope_for(task_type=task_type, task_id="")
+
+    def global_for(self, task_type: str):
+        from skillduet_plugin.skills.types import GlobalSkills
+
+        if self.mode == "none" or self.lifecycle is None:
+            return GlobalSkills(scope=task_type, version=None, text="")
+        return self.lifecycle.global_for(self._scope(task_type))
+
+    def learned_text(self, task_type: str) -> str:
+        """The learned Global of the task's scope as it is inserted (cut to the skill token budget)."""
+        g = self.global_for(task_type)
+        cfg = self.lifecycle.config
+        return truncate_lines(g.text, cfg.skill_token_budget, self.lifecycle.tokenizer)[0] if g.text else ""
+
+    def student_messages(self, prompt_messages: list[dict[str, str]], *, task: str, scope: str,
+                         **_: Any) -> list[dict[str, str]]:
+        if self.mode == "none" or self.lifecycle is None:
+            return [dict(m) for m in prompt_messages]
+        if self.mode == "learned":
+            return self.lifecycle.student_messages(prompt_messages, task=task, scope=self._scope(scope))
+        from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
+
+        cfg = self.lifecycle.config
+        tok = self.lifecycle.tokenizer
+        text = neutral_text(count_tokens(self.learned_text(scope), tok), tok)
+        section = skill_section(GLOBAL_HEADER, text, cfg.skill_token_budget, tok)
+        return insert_sections(prompt_messages, [section], task=task, position=cfg.skill_position)
+
+
+def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any) -> Any:
+    """A read-only lifecycle over a run's bank, inserting the Global like the run did (its budget, position
+    and scope), whatever the run's method was."""
+    from skillduet_plugin.skills.lifecycle import SkillLifecycle
+
+    cfg = SkillDuetConfig(skill_token_budget=method.skill_token_budget, skill_position=method.skill_position,
+                          scope=method.scope, max_skill_chars=method.max_skill_chars)
+    return SkillLifecycle(cfg, bank_path, tokenizer=tokenizer, write=False)
+
+
+def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
+    """Success overall and per task type, ``avg`` (mean of the per-type rates), mean score, counts."""
+    by_type: dict[str, list[bool]] = {}
+    for ep in episodes:
+        by_type.setdefault(str(ep.scope), []).append(bool(ep.won))
+    n = max(1, len(episodes))
+    per_type = {t: sum(v) / len(v) for t, v in sorted(by_type.items())}
+    result = {"success": sum(bool(ep.won) for ep in episodes) / n,
+              "avg": sum(per_type.values()) / len(per_type) if per_type else 0.0,
+              "per_type": per_type, "per_type_n": {t: len(v) for t, v in sorted(by_type.items())},
+              "score": sum(float(ep.score) for ep in episodes) / n, "episodes": len(episodes),
+              "errors": sum(ep.error is not None for ep in episodes),
+              "invalid_action_rate": sum(ep.invalid_actions for ep in episodes) /
+              max(1, sum(ep.num_turns for ep in episodes)),
+              "turns": sum(ep.num_turns for ep in episodes) / n}
+    if env_name == "webshop":
+        result.pop("per_type_n")
+    return result
+
+
+def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
+               condition: GlobalCondition, max_turns: int, max_new_tokens: int, max_total_tokens: int,
+               batch_size: int = 64, action_selection: str = "generate") -> list[Any]:
+    """One greedy episode per panel task under ``condition`` (all tasks in lockstep); ``action_selection=
+    "choose"`` takes the highest-scoring admissible action each turn instead of greedy generation."""
+    import torch
+
+    from skillduet_plugin.rollout.choice import hf_choice_fn
+    from skillduet_plugin.rollout.collector import hf_generate_fn, run_episodes
+    from skillduet_plugin.rollout.conversation import ChatTokenizer
+
+    chat = ChatTokenizer(tokenizer)
+    was_training = model.training
+    model.eval()
+    try:
+        generate = hf_generate_fn(model, chat, do_sample=False, batch_size=batch_size)
+        choose = hf_choice_fn(model, chat, do_sample=False) if action_selection == "choose" else None
+        with torch.no_grad():
+            return run_episodes(list(task_ids), env_name=env_name, pool=pool, generate_fn=generate, chat=chat,
+                                lifecycle=None if condition.mode == "none" else condition, max_turns=max_turns,
+                                max_new_tokens=max_new_tokens, max_total_tokens=max_total_tokens,
+                                action_selection=action_selection, choose_fn=choose)
+    finally:
+        model.train(was_training)
+
+
+def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
+                        lifecycle: Any = None, conditions: Sequence[str] = CONDITIONS, max_turns: int,
+                        max_new_tokens: int, max_total_tokens: int, action_selection: str = "generate",
+                        log=print) -> dict[str, Any]:
+    """Play the panel under each condition; conditions that need a Global are skipped (and listed under
+    ``skipped``) when the bank holds none for the panel's scopes."""
+    results: dict[str, Any] = {"conditions": {}, "skipped": {},
+                               "decoding": "greedy" if action_selection == "generate" else "greedy choice",
+                               "panel_size": len(task_ids)}
+    for mode in conditions:
+        if mode not in CONDITIONS:
+            raise ValueError(f"condition={mode!r} is invalid: allowed values are {', '.join(CONDITIONS)}")
+        condition = GlobalCondition(mode, lifecycle)
+        if mode != "none" and (lifecycle is None or not any(v.version is not None for v in _globals(lifecycle))):
+            results["skipped"][mode] = "no learned Global in the skill bank"
+            continue
+        t0 = time.time()
+        episodes = play_panel(model, tokenizer, task_ids, env_name=env_name, pool=pool, condition=condition,
+                              max_turns=max_turns, max_new_tokens=max_new_tokens, max_total_tokens=max_total_tokens,
+                              action_selection=action_selection)
+        summary = summarize(episodes, env_name)
+        summary["seconds"] = round(time.time() - t0, 1)
+        if mode != "none":
+            scopes = sorted({str(ep.scope) for ep in episodes})
+            summary["global_tokens"] = {s: count_tokens(condition.learned_text(s), lifecycle.tokenizer)
+                                        for s in scopes}
+            summary["global_versions"] = {s: condition.global_for(s).version for s in scopes}
+        results["conditions"][mode] = summary
+        log(f"eval [{CONDITION_LABELS[mode]}]: success {summary['success']:.3f} on {len(episodes)} tasks "
+            f"({summary['seconds']}s)")
+    return results
+
+
+def _globals(lifecycle: Any) -> list[Any]:
+    return [lifecycle.bank.current_global(s) for s in lifecycle.bank.scopes()]
+
+
+def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str:
+    """A Markdown table: one row per condition; ALFWorld columns are the task types, ALL and Avg (%),
+    WebShop's are Score and Succ. (%)."""
+    rows = results.get("conditions", {})
+    lines = [f"### {title}", ""] if title else []
+    if env_name == "webshop":
+        lines += ["| Global | Score | Succ. |", "|---|---|---|"]
+        for mode, r in rows.items():
+            lines.append(f"| {CONDITION_LABELS[mode]} | {100 * r['score']:.2f} | {100 * r['success']:.2f} |")
+    else:
+        types = sorted({t for r in rows.values() for t in r.get("per_type", {})}, key=_type_order)
+        lines += ["| Global | " + " | ".join(types + ["ALL", "Avg"]) + " |",
+                  "|---|" + "---|" * (len(types) + 2)]
+        for mode, r in rows.items():
+            cells = [f"{100 * r['per_type'][t]:.2f}" if t in r["per_type"] else "-" for t in types]
+            cells += [f"{100 * r['success']:.2f}", f"{100 * r['avg']:.2f}"]
+            lines.append(f"| {CONDITION_LABELS[mode]} | " + " | ".join(cells) + " |")
+    for mode, why in results.get("skipped", {}).items():
+        lines.append(f"\n{CONDITION_LABELS[mode]}: skipped ({why}).")
+    lines.append(f"\nPanel: {results.get('panel', '?')}, {results.get('panel_size', '?')} tasks, "
+                 f"{results.get('decoding', 'greedy')} decoding.")
+    return "\n".join(lines) + "\n"
+
+
+def _type_order(t: str) -> tuple[int, str]:
+    order = ("pick", "look", "clean", "heat", "cool", "pick2")
+    return (order.index(t), t) if t in order else (len(order), t)

@@ -1,0 +1,193 @@
+"""PNG plots of a run from its ``metrics.jsonl`` and skill bank (matplotlib, Agg): success per task type, OPD
+gate statistics, the Strength distribution of each consolidation's candidates, and the Global's size.
+
+Each ``plot_*`` takes plain data (metric records, bank-derived lists) and an output path, so ``skillduet
+report`` can reuse them on several runs; :func:`plot_run` draws all of them for one run directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from skillduet_plugin.runs.rundir import BANK_FILE, read_metrics, step_records
+
+SUCCESS_PREFIX = "success/"
+OPD_KEYS = ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student", "opd/loss")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in records:
+        value = r.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            xs.append(int(r["step"]))
+            ys.append(float(value))
+    return xs, ys
+
+
+def _save(fig, out: str | os.PathLike) -> Path:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_success(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title: str = "") -> Path:
+    """Training success rate per step: overall (thick) and per task type (``success/<type>`` keys)."""
+    plt = _pyplot()
+    records = step_records(records)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs, ys = _series(records, "success")
+    if xs:
+        ax.plot(xs, ys, color="black", linewidth=2.5, label="all", marker="o", markersize=3)
+    types = sorted({k[len(SUCCESS_PREFIX):] for r in records for k in r if k.startswith(SUCCESS_PREFIX)})
+    for t in types:
+        xs, ys = _series(records, SUCCESS_PREFIX + t)
+        if xs:
+            ax.plot(xs, ys, linewidth=1.2, label=t, marker=".", alpha=0.85)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("rollout success rate")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(title or "Success rate per task type")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8, ncol=2)
+    return _save(fig, out)
+
+
+def plot_opd(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title: str = "") -> Path:
+    """OPD gate statistics per step: mean gate, share of tokens with gate > 0.5, mean t - s, loss."""
+    plt = _pyplot()
+    records = step_records(records)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for key in ("opd/gate_mean", "opd/gate_active_ratio"):
+        xs, ys = _series(records, key)
+        if xs:
+            axes[0].plot(xs, ys, marker=".", label=key.split("/", 1)[1])
+    axes[0].set_ylim(-0.03, 1.03)
+    axes[0].set_title("gate")
+    for key in ("opd/teacher_minus_student", "opd/loss"):
+        xs, ys = _series(records, key)
+        if xs:
+            axes[1].plot(xs, ys, marker=".", label=key.split("/", 1)[1])
+    axes[1].axhline(0.0, color="gray", linewidth=0.8)
+    axes[1].set_title("teacher - student log-prob, OPD loss")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.suptitle(title or "OPD gate statistics")
+    return _save(fig, out)
+
+
+def strength_by_consolidation(bank_path: str | os.PathLike) -> dict[int, list[float]]:
+    """Consolidation step -> Strength scores of the Local candidates it chose from (made since the previous
+    consolidation, all scopes). Candidates without a score are left out."""
+    from skillduet_plugin.skills.bank import SkillBank
+
+    if not Path(bank_path).exists():
+        return {}
+    bank = SkillBank(bank_path, readonly=True)
+    try:
+        steps = sorted({v.step for v in bank.history()})
+        result: dict[int, list[float]] = {}
+        previous = None
+        for step in steps:
+            skills = bank.candidates(since_step=previous, until_step=step)
+            result[step] = [float(s.scores["strength"]) for s in skills
+                            if isinstance(s.scores.get("strength"), (int, float))]
+            previous = step
+        return result
+    finally:
+        bank.close()
+
+
+def global_sizes(bank_path: str | os.PathLike, tokenizer: Any = None) -> list[dict[str, Any]]:
+    """Per Global version: ``step``, ``scope``, ``version``, ``items`` and ``tokens`` (whitespace words when no
+    tokenizer is given)."""
+    from skillduet_plugin.skills.bank import SkillBank
+    from skillduet_plugin.skills.budget import count_tokens
+
+    if not Path(bank_path).exists():
+        return []
+    bank = SkillBank(bank_path, readonly=True)
+    try:
+        return [{"step": v.step, "scope": v.scope, "version": v.version, "items": len(v.items),
+                 "tokens": count_tokens(v.text, tokenizer)} for v in bank.history()]
+    finally:
+        bank.close()
+
+
+def plot_strength(strengths: Mapping[int, Sequence[float]], out: str | os.PathLike, title: str = "") -> Path:
+    """Box plot (with the points) of candidate Strength at each consolidation step."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [s for s in sorted(strengths) if len(strengths[s])]
+    if steps:
+        data = [list(strengths[s]) for s in steps]
+        ax.boxplot(data, positions=range(len(steps)), widths=0.5, showfliers=False)
+        for i, values in enumerate(data):
+            jitter = [i + 0.12 * ((k % 5) - 2) / 2 for k in range(len(values))]
+            ax.scatter(jitter, values, s=10, alpha=0.6)
+        ax.set_xticks(range(len(steps)), [str(s) for s in steps])
+    else:
+        ax.text(0.5, 0.5, "no scored candidates yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("consolidation at step")
+    ax.set_ylabel("Strength |Δ log p|")
+    ax.set_title(title or "Strength of Local candidates per consolidation")
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+def plot_global_size(records: Sequence[Mapping[str, Any]], versions: Sequence[Mapping[str, Any]],
+                     out: str | os.PathLike, title: str = "") -> Path:
+    """Global size over training: total items and tokens from the step metrics (``global/items``,
+    ``global/tokens``), and each scope's versions from the bank as points."""
+    plt = _pyplot()
+    records = step_records(records)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, key in zip(axes, ("items", "tokens")):
+        xs, ys = _series(records, f"global/{key}")
+        if xs:
+            ax.step(xs, ys, where="post", color="black", linewidth=2, label="all scopes")
+        scopes = sorted({v["scope"] for v in versions})
+        for scope in scopes:
+            pts = [(v["step"], v[key]) for v in versions if v["scope"] == scope]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linestyle="--", label=scope)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8, ncol=2)
+    axes[0].set_title("Global items")
+    axes[1].set_title("Global tokens")
+    fig.suptitle(title or "Global size")
+    return _save(fig, out)
+
+
+def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, tokenizer: Any = None) -> list[Path]:
+    """All plots of one run directory into ``out_dir`` (default ``<run>/plots``); returns the PNG paths."""
+    run = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run / "plots"
+    records = read_metrics(run)
+    bank = run / BANK_FILE
+    return [
+        plot_success(records, out / "success_per_task_type.png"),
+        plot_opd(records, out / "opd_gate.png"),
+        plot_strength(strength_by_consolidation(bank), out / "strength_per_consolidation.png"),
+        plot_global_size(records, global_sizes(bank, tokenizer), out / "global_size.png"),
+    ]

@@ -1,0 +1,275 @@
+"""``skillduet train`` on TRL, top to bottom: resolve the model, warm-start it (tiny models), measure the panel,
+run SkillDuetGRPOTrainer with a metrics recorder and a progress bar, save, measure again, plot.
+
+Every artefact lands in the run directory; the function returns its path (the CLI prints it last).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from skillduet_plugin.runs.config import RunConfig, dump_yaml
+from skillduet_plugin.runs.environment import env_kwargs, make_env, make_pool
+from skillduet_plugin.runs.recorder import RunRecorder
+from skillduet_plugin.runs.rundir import MetricsWriter, RunDir, cache_dir, resolve_model, write_json
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+               "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+
+
+def device_settings(config: RunConfig) -> dict[str, Any]:
+    """GRPOConfig keywords for the device: bf16 on CUDA when available, CPU-safe fp32 settings otherwise."""
+    import torch
+
+    cuda = torch.cuda.is_available() and config.device != "cpu"
+    if config.device == "cuda" and not torch.cuda.is_available():
+        from skillduet_plugin.config import ConfigError
+
+        raise ConfigError("device='cuda' is invalid: no CUDA device is visible (use device=auto or cpu)")
+    bf16 = cuda and (config.precision in ("auto", "bf16")) and torch.cuda.is_bf16_supported()
+    settings: dict[str, Any] = {"bf16": bool(bf16), "fp16": False, "use_cpu": not cuda,
+                                "gradient_checkpointing": False, "use_vllm": False,
+                                "dataloader_pin_memory": cuda, "report_to": "none"}
+    return settings
+
+
+def set_threads(config: RunConfig) -> None:
+    import torch
+
+    threads = config.threads
+    if threads == 0 and config.is_tiny and not (torch.cuda.is_available() and config.device != "cpu"):
+        threads = 1
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def grpo_args(config: RunConfig, run: RunDir) -> Any:
+    """The SkillDuetGRPOConfig of a run: one generation batch of ``tasks_per_step`` tasks x G rollouts per
+    optimizer step, no gradient accumulation, beta 0 (no reference model), log every step."""
+    from skillduet_plugin.integrations.trl import SkillDuetGRPOConfig
+
+    batch = config.tasks_per_step * config.num_generations
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(run.checkpoints), skill_bank_dir=str(run.root), max_steps=config.steps,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=config.num_generations,
+        steps_per_generation=1, num_iterations=1, learning_rate=config.learning_rate, beta=0.0,
+        temperature=config.temperature, seed=config.seed, data_seed=config.seed, logging_steps=1,
+        max_completion_length=config.max_total_tokens, save_strategy="steps" if config.save_steps else "no",
+        save_steps=config.save_steps or 500, save_only_model=False, disable_tqdm=True,
+        skillduet=config.method_config().to_dict(), env_name=config.env,
+        env_kwargs=env_kwargs(config, config.train_split), env_workers=config.env_workers,
+        max_turns=config.max_turns, max_new_tokens_per_turn=config.max_new_tokens_per_turn,
+        max_total_tokens=config.max_total_tokens, invalid_action_penalty=config.invalid_action_penalty,
+        teacher_at=config.teacher_at, action_selection=config.action_mode, lr_scheduler_type="constant")
+    kwargs.update(device_settings(config))
+    kwargs.update(config.trl)  # the user's own GRPOConfig keywords win
+    return SkillDuetGRPOConfig(**kwargs)
+
+
+def train_tasks(config: RunConfig) -> list[str]:
+    """The training tasks: the first ``train_tasks`` of the split taken round-robin over task types (so a
+    short list still covers every type), all of them when ``train_tasks`` is 0."""
+    env = make_env(config, config.train_split)
+    try:
+        return interleave_by_type(env, list(env.tasks), config.train_tasks)
+    finally:
+        env.close()
+
+
+def interleave_by_type(env: Any, tasks: list[str], limit: int = 0) -> list[str]:
+    """Tasks reordered round-robin over their types (stable within a type); the first ``limit`` (0: all)."""
+    by_type: dict[str, list[str]] = {}
+    for t in tasks:
+        try:
+            key = str(env.task_type(t))
+        except (NotImplementedError, KeyError, ValueError):
+            key = ""
+        by_type.setdefault(key, []).append(t)
+    order: list[str] = []
+    queues = [list(v) for v in by_type.values()]
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop(0))
+    return order[:limit] if limit else order
+
+
+def panel(config: RunConfig, split: str | None = None, limit: int | None = None) -> list[str]:
+    """The fixed evaluation panel of a run (round-robin over task types, deterministic)."""
+    split = split or config.panel
+    env = make_env(config, split)
+    try:
+        return interleave_by_type(env, list(env.tasks), config.eval_tasks if limit is None else limit)
+    finally:
+        env.close()
+
+
+def load_model(model_dir: Path, config: RunConfig) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a local folder, in bf16 on CUDA when the run uses it, else fp32 on CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    dtype = torch.bfloat16 if device_settings(config)["bf16"] else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    if not device_settings(config)["use_cpu"]:
+        model.to("cuda")
+    return model, tokenizer
+
+
+def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run: RunDir, *, label: str,
+            conditions: tuple[str, ...], log: Callable[[str], None]) -> dict[str, Any]:
+    """Success on the panel under ``conditions`` (greedy); written to ``eval/<label>.json``."""
+    from skillduet_plugin.runs.evaluate import eval_lifecycle, evaluate_conditions
+
+    lifecycle = eval_lifecycle(str(run.bank), config.method_config(), tokenizer) if run.bank.exists() else None
+    pool = make_pool(config, config.panel)
+    try:
+        results = evaluate_conditions(model, tokenizer, tasks, env_name=config.env, pool=pool, lifecycle=lifecycle,
+                                      conditions=conditions, max_turns=config.max_turns,
+                                      max_new_tokens=config.max_new_tokens_per_turn,
+                                      max_total_tokens=config.max_total_tokens,
+                                      action_selection=config.action_mode, log=log)
+    finally:
+        pool.close()
+        if lifecycle is not None:
+            lifecycle.close()
+    results["panel"] = config.panel
+    write_json(run.eval_dir / f"{label}.json", results)
+    return results
+
+
+def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None) -> Path:
+    """Run one training run end to end; returns the run directory."""
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    import torch
+
+    run = RunDir.create(config.output_dir, config.name)
+    dump_yaml(config.resolved_dict(), run.config)
+    log_file = run.log.open("a")
+
+    def say(msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        (log or (lambda m: print(m, file=sys.stderr, flush=True)))(line)
+        log_file.write(line + "\n")
+        log_file.flush()
+
+    t_start = time.time()
+    set_threads(config)
+    writer = MetricsWriter(run.metrics)
+    timings: dict[str, float] = {}
+    try:
+        torch.manual_seed(config.seed)
+        say(f"run directory {run.root}")
+        t0 = time.time()
+        base = resolve_model(config.model, seed=config.seed)
+        model_dir = base
+        warm_info = None
+        if config.warm_start_enabled:
+            model_dir, warm_info = _warm_start(config, base, say)
+        timings["time/warm_start_s"] = time.time() - t0
+
+        model, tokenizer = load_model(model_dir, config)
+        t0 = time.time()
+        tasks_panel = panel(config)
+        train_ids = train_tasks(config)
+        say(f"{config.env}: {len(train_ids)} training tasks ({config.train_split}), panel of {len(tasks_panel)} "
+            f"({config.panel}); method {config.method}")
+        before = None
+        if config.eval_before:
+            before = measure(model, tokenizer, config, tasks_panel, run, label="before", conditions=("none",),
+                             log=say)
+        timings["time/eval_before_s"] = time.time() - t0
+
+        t0 = time.time()
+        trainer = _trainer(config, run, model, tokenizer, train_ids)
+        recorder = RunRecorder(trainer, writer, config, say)
+        trainer.add_callback(recorder)
+        with _quiet_trainer_progress(trainer):
+            trainer.train()
+        recorder.close()
+        timings["time/train_s"] = time.time() - t0
+        trainer.save_model(str(run.final_model))
+        tokenizer.save_pretrained(str(run.final_model))
+
+        t0 = time.time()
+        after = None
+        if config.eval_after:
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            conditions = ("none", "learned") if config.method_config().use_global else ("none",)
+            after = measure(model, tokenizer, config, tasks_panel, run, label="after", conditions=conditions,
+                            log=say)
+        timings["time/eval_after_s"] = time.time() - t0
+        timings["time/total_s"] = time.time() - t_start
+        summary = _summary(before, after, warm_info, timings)
+        writer.write({"event": "summary", **summary})
+        write_json(run.root / "summary.json", summary)
+        from skillduet_plugin.runs.plots import plot_run
+
+        plot_run(run.root, tokenizer=tokenizer)
+        say(_summary_line(summary))
+    finally:
+        log_file.close()
+    return run.root
+
+
+def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
+    from skillduet_plugin.runs.warmstart import warm_start_model
+
+    ws = config.warm_start
+    method = config.method_config()
+    return warm_start_model(
+        base, env_name=config.env, make_env=lambda n: make_env(config, config.train_split, n), games=ws.games,
+        steps=ws.steps, batch_size=ws.batch_size, learning_rate=ws.learning_rate, max_minutes=ws.max_minutes,
+        skill_fraction=ws.skill_fraction, max_turns=config.max_turns, max_total_tokens=config.max_total_tokens,
+        skill_token_budget=method.skill_token_budget, skill_position=method.skill_position, seed=config.seed,
+        cache_root=cache_dir(), env_identity=env_kwargs(config, config.train_split), log=say)
+
+
+def _trainer(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids: list[str]) -> Any:
+    from skillduet_plugin.integrations.trl import SkillDuetGRPOTrainer, task_dataset
+
+    args = grpo_args(config, run)
+    env = make_env(config, config.train_split)
+    try:
+        dataset = task_dataset(env, train_ids)
+    finally:
+        env.close()
+    return SkillDuetGRPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+@contextlib.contextmanager
+def _quiet_trainer_progress(trainer: Any):
+    """Our progress bar replaces transformers' own bar and log printer for the duration of ``train()``."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for cb in (ProgressCallback, PrinterCallback):
+        trainer.remove_callback(cb)
+    yield
+
+
+def _summary(before: dict | None, after: dict | None, warm: dict | None, timings: dict[str, float]) -> dict:
+    def pick(res: dict | None, mode: str) -> float | None:
+        if not res or mode not in res.get("conditions", {}):
+            return None
+        return res["conditions"][mode]["success"]
+
+    return {"success_before": pick(before, "none"), "success_after": pick(after, "none"),
+            "success_after_with_global": pick(after, "learned"),
+            "warm_start": {k: v for k, v in (warm or {}).items() if k != "settings"} or None,
+            **{k: round(v, 1) for k, v in timings.items()}}
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{100 * v:.1f}%"
+
+    return (f"panel success before RL {pct(s['success_before'])}; after RL {pct(s['success_after'])} without "
+            f"Global, {pct(s['success_after_with_global'])} with the learned Global; total "
+            f"{s['time/total_s'] / 60:.1f} min")

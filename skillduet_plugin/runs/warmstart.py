@@ -1,0 +1,362 @@
+"""Behaviour-cloning warm start: a short supervised pass on expert episodes, so that a small model sometimes
+succeeds and GRPO groups hold both successes and failures (nothing is paired or learned otherwise).
+
+Every training sequence is built exactly like an RL rollout: the first prompt from ``envs.prompts.
+initial_messages`` (sometimes with a skill section inserted at message level by the injector, as the Global is
+inserted), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and the
+environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the loss).
+The result is cached under ``<cache>/warmstart/<hash of the settings>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from skillduet_plugin.rollout.choice import action_response, response_goal
+from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+
+FORMAT_VERSION = 2  # 2: the think block restates the goal (ALFWorld)
+
+
+def expert_response(action: str, goal: str = "") -> str:
+    """The assistant turn cloned for one expert action: ``<think>Goal: goal reason</think><action>action
+    </action>`` (the same text choose mode scores, ``rollout.choice.action_response``)."""
+    return action_response(action, goal)
+
+
+def procedure_text(actions: Sequence[str]) -> str:
+    """A procedure skill in the analyzer's style from expert actions, without instance numbers (``desk 1`` ->
+    ``desk``) so it reads as advice for any game of the task type."""
+    steps = []
+    for a in actions:
+        s = re.sub(r"\s+\d+\b", "", a).strip()
+        if s and (not steps or steps[-1] != s):
+            steps.append(s)
+    return "- Procedure: " + ", then ".join(steps) + "."
+
+
+# ---------------------------------------------------------------------- experts
+ExpertFn = Callable[[str, dict[str, Any], int], str]
+
+
+def make_expert(env: Any, task_id: str) -> ExpertFn:
+    """``expert(obs, info, turn) -> action`` for one task: the game's walkthrough when the env has one
+    (ALFWorld), else a goal-directed shopper (WebShop: search the instruction, open the goal product, pick
+    its goal options, buy)."""
+    if hasattr(env, "walkthrough"):
+        actions = list(env.walkthrough(task_id))
+        if not actions:
+            raise ValueError(f"task {task_id!r} has no expert walkthrough: warm start needs games that carry "
+                             f"one (set warm_start.enabled=false to skip it)")
+        return lambda obs, info, turn: actions[turn] if turn < len(actions) else "look"
+    if hasattr(env, "goal"):
+        goal = env.goal(task_id)
+        return _shopper(goal)
+    raise TypeError(f"{type(env).__name__} has neither walkthrough(task_id) nor goal(task_id): warm start cannot "
+                    f"make expert episodes for it (set warm_start.enabled=false)")
+
+
+def _shopper(goal: dict[str, Any]) -> ExpertFn:
+    """Search the goal's product query (short: it must fit one turn's token budget), page to the goal product,
+    open it, click its goal options, buy."""
+    asin = str(goal.get("asin", "")).lower()
+    raw_options = goal.get("goal_options") or []
+    options = [str(v).lower() for v in (raw_options.values() if isinstance(raw_options, dict) else raw_options)]
+    query = str(goal.get("query") or goal.get("instruction_text") or goal.get("instruction") or "").strip()
+    chosen: set[str] = set()
+
+    def act(obs: str, info: dict[str, Any], turn: int) -> str:
+        clickables = [str(a).lower() for a in info.get("admissible_actions") or []]
+        clickables = [a[6:-1] if a.startswith("click[") and a.endswith("]") else a for a in clickables]
+        if asin and asin in clickables:
+            return f"click[{asin}]"
+        for opt in options:
+            if opt in clickables and opt not in chosen:
+                chosen.add(opt)
+                return f"click[{opt}]"
+        if "buy now" in clickables:
+            return "click[buy now]"
+        if "next >" in clickables:
+            return "click[next >]"
+        if turn == 0 or "search" in clickables:
+            return f"search[{query}]"
+        return "click[back to search]"
+
+    return act
+
+
+# ---------------------------------------------------------------------- episodes
+@dataclass
+class ExpertRecord:
+    """What the environment showed along one expert episode: ``observations[k]`` and ``admissible[k]`` came
+    before ``actions[k]``; the last observation answers the last action."""
+
+    task_id: str
+    scope: str
+    task: str
+    observations: list[str]
+    admissible: list[list[str]]
+    actions: list[str]
+    won: bool
+
+
+@dataclass
+class ClonedEpisode:
+    """One expert episode in the RL loop's token layout (mask 1 = policy tokens, 0 = environment tokens)."""
+
+    task_id: str
+    scope: str
+    tokens: EpisodeTokens
+    student_messages: list[dict[str, str]]
+    messages: list[dict[str, str]]
+    actions: list[str]
+    won: bool
+    with_skill: bool
+
+
+def play_expert(env: Any, task_id: str, *, max_turns: int) -> ExpertRecord:
+    """Play the expert on ``task_id`` for at most ``max_turns`` actions (the RL loop's turn limit)."""
+    expert = make_expert(env, task_id)
+    obs, info = env.reset(task_id)
+    record = ExpertRecord(task_id=task_id, scope=str(info["task_type"]), task=str(info["task"]),
+                          observations=[obs], admissible=[list(info["admissible_actions"])], actions=[], won=False)
+    for turn in range(max_turns):
+        action = expert(obs, info, turn)
+        obs, _reward, done, info = env.step(action)
+        record.actions.append(action)
+        record.observations.append(obs)
+        record.admissible.append(list(info.get("admissible_actions") or []))
+        record.won = bool(info.get("won", False))
+        if done:
+            break
+    return record
+
+
+def layout_episode(record: ExpertRecord, env_name: str, chat: ChatTokenizer, *, max_total_tokens: int,
+                   skill_sections: Callable[[list[dict], str, str], list[dict]] | None = None) -> ClonedEpisode:
+    """Tokens of an expert episode exactly as ``rollout.collector.run_episodes`` lays out a rollout;
+    ``skill_sections(messages, task, scope)`` (if given) inserts skill text into the first prompt. Turns that
+    would overflow ``max_total_tokens`` are dropped, as the collector truncates."""
+    from skillduet_plugin.envs.prompts import initial_messages, turn_message
+
+    prompt = initial_messages(env_name, task=record.task, observation=record.observations[0],
+                              admissible_actions=record.admissible[0])
+    student = skill_sections(prompt, record.task, record.scope) if skill_sections is not None else prompt
+    tokens = EpisodeTokens(prompt_ids=chat.prompt_ids(student))
+    messages = [dict(m) for m in student]
+    n = len(record.actions)
+    for k, action in enumerate(record.actions):
+        response = expert_response(action, response_goal(env_name, record.task))
+        policy = chat.encode(response) + [chat.eos_token_id]
+        if len(tokens) + len(policy) > max_total_tokens:
+            n = k
+            break
+        tokens.add_policy(policy)
+        messages.append({"role": "assistant", "content": response})
+        if k == len(record.actions) - 1:
+            break
+        content = turn_message(env_name, observation=record.observations[k + 1],
+                               admissible_actions=record.admissible[k + 1], step=k + 2)
+        turn_ids = chat.turn_ids(content)
+        if len(tokens) + len(turn_ids) + 2 > max_total_tokens:
+            n = k + 1
+            break
+        tokens.add_env(turn_ids)
+        messages.append({"role": "user", "content": content})
+    return ClonedEpisode(task_id=record.task_id, scope=record.scope, tokens=tokens, student_messages=student,
+                         messages=messages, actions=record.actions[:n], won=record.won and n == len(record.actions),
+                         with_skill=student != prompt)
+
+
+def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: ChatTokenizer, *,
+                       max_total_tokens: int, skill_fraction: float, skill_token_budget: int,
+                       skill_position: str = "after_task", seed: int = 0) -> list[ClonedEpisode]:
+    """Cloning episodes from expert records; about ``skill_fraction`` of them carry a skill section in their
+    first prompt (the procedure of *another* won expert episode of the same scope, inserted as the Global is)."""
+    from skillduet_plugin.skills.inject import GLOBAL_HEADER, skill_section
+
+    rng = random.Random(seed)
+    by_scope: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        if rec.won:
+            by_scope.setdefault(rec.scope, []).append(i)
+    result = []
+    for i, rec in enumerate(records):
+        donors = [j for j in by_scope.get(rec.scope, []) if j != i]
+        insert = None
+        if donors and rng.random() < skill_fraction:
+            section = skill_section(GLOBAL_HEADER, procedure_text(records[rng.choice(donors)].actions),
+                                    skill_token_budget, chat.tokenizer)
+            insert = functools.partial(_insert_section, section=section, position=skill_position)
+        result.append(layout_episode(rec, env_name, chat, max_total_tokens=max_total_tokens, skill_sections=insert))
+    return result
+
+
+def _insert_section(messages: list[dict], task: str, scope: str, *, section: str, position: str) -> list[dict]:
+    from skillduet_plugin.skills.inject import insert_sections
+
+    return insert_sections(messages, [section], task=task, position=position)
+
+
+# ---------------------------------------------------------------------- training
+def batch_tensors(batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
+    """``(input_ids, attention_mask, labels)``, each ``(batch, max_len)``, right-padded; labels are the
+    completion's policy tokens and -100 on prompt, environment and padding positions."""
+    import torch
+
+    width = max(len(ep.tokens) for ep in batch)
+    ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for row, ep in enumerate(batch):
+        seq = ep.tokens.prompt_ids + ep.tokens.completion_ids
+        ids[row, :len(seq)] = torch.tensor(seq)
+        attn[row, :len(seq)] = 1
+        p = len(ep.tokens.prompt_ids)
+        target = torch.tensor(ep.tokens.completion_ids, dtype=torch.long)
+        mask = torch.tensor(ep.tokens.completion_mask, dtype=torch.bool)
+        labels[row, p:p + len(target)] = torch.where(mask, target, torch.full_like(target, -100))
+    return ids, attn, labels
+
+
+def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_size: int, learning_rate: float,
+          max_minutes: float, seed: int = 0, pad_token_id: int = 0,
+          on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """Cross-entropy on the policy tokens of ``episodes`` (environment and prompt tokens are masked out).
+
+    Batches are drawn with a seeded shuffle; stops after ``steps`` optimizer steps or ``max_minutes``.
+    Returns ``{"steps", "loss_first", "loss_last", "seconds", "stopped_early"}``.
+    """
+    import torch
+
+    if not episodes:
+        raise ValueError("no expert episodes to clone: the warm start needs at least one game")
+    gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    optim = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        optim, lambda k: min(1.0, (k + 1) / max(1, steps // 20)) * max(0.05, 1.0 - k / max(1, steps)))
+    model.train()
+    start, losses, order, cursor, step = time.time(), [], [], 0, 0
+    stopped_early = False
+    while step < steps:
+        if time.time() - start > 60.0 * max_minutes:
+            stopped_early = True
+            break
+        if cursor + batch_size > len(order):
+            order, cursor = torch.randperm(len(episodes), generator=gen).tolist(), 0
+        batch = [episodes[i] for i in order[cursor:cursor + batch_size]]
+        cursor += batch_size
+        ids, attn, labels = batch_tensors(batch, pad_token_id)
+        out = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device))
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        sched.step()
+        optim.zero_grad(set_to_none=True)
+        losses.append(float(out.loss.detach()))
+        step += 1
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    window = max(1, min(10, len(losses) // 5 or 1))
+    return {"steps": step, "loss_first": sum(losses[:window]) / window if losses else None,
+            "loss_last": sum(losses[-window:]) / window if losses else None,
+            "seconds": round(time.time() - start, 2), "stopped_early": stopped_early}
+
+
+def cache_key(settings: dict[str, Any]) -> str:
+    """sha256 (16 hex) over the sorted JSON of everything the warm-started weights depend on."""
+    payload = json.dumps({"format": FORMAT_VERSION, **settings}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """The identity of a base model folder: its tiny-build stamp, else its config and weight file sizes."""
+    folder = Path(model_dir)
+    stamp = folder / "skillduet_tiny.json"
+    if stamp.is_file():
+        return stamp.read_text()
+    parts = [(folder / "config.json").read_text()]
+    parts += [f"{p.name}:{p.stat().st_size}" for p in sorted(folder.glob("*.safetensors"))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Callable[[int], Any], games: int,
+                     steps: int, batch_size: int, learning_rate: float, max_minutes: float, skill_fraction: float,
+                     max_turns: int, max_total_tokens: int, skill_token_budget: int, skill_position: str,
+                     seed: int, cache_root: str | Path, env_identity: dict[str, Any],
+                     log: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]]:
+    """The warm-started model folder for these settings: built once, then reused from ``cache_root``.
+
+    ``make_env(n)`` builds the training env limited to its first ``n`` tasks. Returns ``(folder, info)``;
+    ``info`` is the stored summary (``cached`` tells whether it was reused).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
+                "games": games, "steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
+                "max_minutes": max_minutes, "skill_fraction": skill_fraction, "max_turns": max_turns,
+                "max_total_tokens": max_total_tokens, "skill_token_budget": skill_token_budget,
+                "skill_position": skill_position, "seed": seed}
+    out = Path(cache_root) / "warmstart" / cache_key(settings)
+    summary_file = out / "warmstart.json"
+    if summary_file.is_file():
+        info = json.loads(summary_file.read_text())
+        info["cached"] = True
+        log(f"warm start: reusing {out} ({info['steps']} cloning steps, loss {info['loss_last']:.3f})")
+        return out, info
+
+    t0 = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    chat = ChatTokenizer(tokenizer)
+    env = make_env(games)
+    try:
+        records = [play_expert(env, t, max_turns=max_turns) for t in list(env.tasks)[:games]]
+    finally:
+        env.close()
+    episodes = build_cloning_data(records, env_name, chat, max_total_tokens=max_total_tokens,
+                                  skill_fraction=skill_fraction, skill_token_budget=skill_token_budget,
+                                  skill_position=skill_position, seed=seed)
+    build_s = time.time() - t0
+    won = sum(ep.won for ep in episodes)
+    log(f"warm start: {len(episodes)} expert episodes ({won} won within {max_turns} turns, "
+        f"{sum(ep.with_skill for ep in episodes)} with a skill section) in {build_s:.0f}s")
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
+    progress = _progress(steps, "warm start (behaviour cloning)")
+
+    def on_step(_k: int, loss: float) -> None:
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss:.3f}")
+
+    try:
+        stats = clone(model, episodes, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+                      max_minutes=max_minutes, seed=seed, pad_token_id=chat.pad_token_id, on_step=on_step)
+    finally:
+        progress.close()
+    if stats["stopped_early"]:
+        log(f"warm start: stopped at the {max_minutes}-minute cap after {stats['steps']}/{steps} steps")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    info = {**stats, "episodes": len(episodes), "expert_won": won, "build_seconds": round(build_s, 2),
+            "settings": settings}
+    summary_file.write_text(json.dumps(info, indent=2, default=str))  # written last: marks a complete build
+    info["cached"] = False
+    return out, info
+
+
+def _progress(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True)

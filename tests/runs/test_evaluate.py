@@ -1,0 +1,117 @@
+"""Evaluation protocol: neutral text length-matched and content-free, the three conditions insert the same way,
+summaries and tables carry hand-checkable numbers, and the panel run is deterministic."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.envs.prompts import initial_messages
+from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.runs.evaluate import (GlobalCondition, evaluate_conditions, eval_lifecycle, format_table,
+                                            neutral_text, summarize)
+from skillduet_plugin.skills.bank import SkillBank
+from skillduet_plugin.skills.budget import count_tokens
+from runs_fakes import FAKE_TASKS, FakeAlfworld, FakePool
+
+TASKS = list(FAKE_TASKS)
+PICK_GLOBAL = "- Take the object first, then go to the target receptacle.\n- Open closed receptacles before use."
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 16, 50, 131, 256])
+def test_neutral_text_has_exactly_n_tokens(n, tiny_tokenizer):
+    text = neutral_text(n, tiny_tokenizer)
+    assert count_tokens(text, tiny_tokenizer) == n
+    assert text == neutral_text(n, tiny_tokenizer)  # deterministic
+    assert count_tokens(neutral_text(n), None) == n  # whitespace words without a tokenizer
+
+
+def test_neutral_text_is_content_free(tiny_tokenizer):
+    words = set(neutral_text(200, tiny_tokenizer).lower().replace("-", " ").replace(".", " ").split())
+    domain = {"take", "go", "open", "put", "object", "receptacle", "fridge", "clean", "heat", "cool", "search",
+              "click", "buy", "desklamp", "first", "then"}
+    assert not words & domain
+
+
+@pytest.fixture()
+def bank_with_global(tmp_path):
+    path = tmp_path / "skill_bank.sqlite"
+    bank = SkillBank(path)
+    bank.commit_consolidation(3, [{"scope": "pick", "items": PICK_GLOBAL.splitlines(), "text": PICK_GLOBAL,
+                                   "selector": "strength", "report": {}}])
+    bank.close()
+    return path
+
+
+def _prompt(task_id):
+    env = FakeAlfworld()
+    obs, info = env.reset(task_id)
+    return initial_messages("alfworld", task=info["task"], observation=obs,
+                            admissible_actions=info["admissible_actions"]), info
+
+
+def test_conditions_insert_length_matched_sections(bank_with_global, tiny_tokenizer):
+    lifecycle = eval_lifecycle(str(bank_with_global), SkillDuetConfig(skill_token_budget=256), tiny_tokenizer)
+    chat = ChatTokenizer(tiny_tokenizer)
+    prompt, info = _prompt(TASKS[0])  # a "pick" task
+    none = GlobalCondition("none", lifecycle).student_messages(prompt, task=info["task"], scope="pick")
+    learned = GlobalCondition("learned", lifecycle).student_messages(prompt, task=info["task"], scope="pick")
+    neutral = GlobalCondition("neutral", lifecycle).student_messages(prompt, task=info["task"], scope="pick")
+    assert none == prompt
+    assert learned == lifecycle.student_messages(prompt, task=info["task"], scope="pick")
+    assert PICK_GLOBAL in learned[0]["content"] and PICK_GLOBAL not in neutral[0]["content"]
+    n_none, n_learned, n_neutral = (len(chat.prompt_ids(m)) for m in (none, learned, neutral))
+    assert n_learned > n_none
+    assert n_neutral == n_learned  # same token count in the rendered prompt
+    # a scope without a Global gets nothing in either condition
+    prompt2, info2 = _prompt(TASKS[1])
+    for mode in ("learned", "neutral"):
+        assert GlobalCondition(mode, lifecycle).student_messages(prompt2, task=info2["task"], scope="look") == prompt2
+    lifecycle.close()
+
+
+def test_summarize_per_type_and_avg():
+    eps = [SimpleNamespace(scope=s, won=w, score=float(w), error=None, invalid_actions=i, num_turns=4)
+           for s, w, i in [("pick", True, 0), ("pick", False, 2), ("pick", True, 0), ("look", False, 1)]]
+    r = summarize(eps, "alfworld")
+    assert r["success"] == pytest.approx(0.5)
+    assert r["per_type"] == {"look": 0.0, "pick": pytest.approx(2 / 3)}
+    assert r["avg"] == pytest.approx((0.0 + 2 / 3) / 2)
+    assert r["invalid_action_rate"] == pytest.approx(3 / 16)
+    assert r["per_type_n"] == {"look": 1, "pick": 3}
+
+
+def test_format_table_alfworld_and_webshop():
+    results = {"conditions": {
+        "none": {"success": 0.5, "avg": 0.25, "per_type": {"pick": 0.5, "look": 0.0}, "score": 0.5},
+        "learned": {"success": 0.75, "avg": 0.625, "per_type": {"pick": 1.0, "look": 0.25}, "score": 0.8}},
+        "skipped": {"neutral": "no learned Global in the skill bank"}, "panel": "valid_unseen", "panel_size": 4}
+    table = format_table(results, "alfworld")
+    assert "| Global | pick | look | ALL | Avg |" in table
+    assert "| None | 50.00 | 0.00 | 50.00 | 25.00 |" in table
+    assert "| Learned Global | 100.00 | 25.00 | 75.00 | 62.50 |" in table
+    assert "Length-matched neutral: skipped" in table
+    web = format_table(results, "webshop")
+    assert "| Learned Global | 80.00 | 75.00 |" in web
+
+
+def test_evaluate_conditions_on_a_tiny_panel(bank_with_global, tiny_model, tiny_tokenizer):
+    lifecycle = eval_lifecycle(str(bank_with_global), SkillDuetConfig(skill_token_budget=256), tiny_tokenizer)
+    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, log=lambda m: None)
+    first = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle, **kwargs)
+    again = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle, **kwargs)
+    assert set(first["conditions"]) == {"none", "neutral", "learned"} and first["decoding"] == "greedy"
+    for mode in first["conditions"]:
+        a, b = first["conditions"][mode], again["conditions"][mode]
+        assert a["episodes"] == 4 and a["per_type_n"] == {"look": 2, "pick": 2}
+        assert (a["success"], a["invalid_action_rate"], a["turns"]) == (b["success"], b["invalid_action_rate"],
+                                                                        b["turns"])
+    learned = first["conditions"]["learned"]
+    assert learned["global_versions"] == {"look": None, "pick": 1}
+    assert learned["global_tokens"]["pick"] == count_tokens(PICK_GLOBAL, tiny_tokenizer)
+    lifecycle.close()
+    # without a bank, only the no-Global condition runs
+    bare = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS[:1], pool=FakePool(), lifecycle=None, **kwargs)
+    assert set(bare["conditions"]) == {"none"} and set(bare["skipped"]) == {"neutral", "learned"}

@@ -1,0 +1,134 @@
+"""Run config: defaults are the CPU demo, YAML + dotted overrides, presets, and error messages naming fields."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.runs.config import DEMO_SKILLDUET, RunConfig, load_run_config, parse_overrides, parse_value
+
+
+def test_defaults_are_the_demo_and_consolidate_at_least_twice():
+    cfg = load_run_config()
+    assert cfg.model == "tiny"
+    assert cfg.env == "alfworld" and cfg.data_dir is None
+    method = cfg.method_config()
+    assert method.analyzer.kind == "offline" and method.synthesizer.kind == "offline"
+    assert cfg.steps // method.consolidation_interval >= 2
+    assert cfg.panel == "valid_unseen"
+    assert cfg.warm_start_enabled  # tiny model -> warm start on by default
+
+
+def test_parse_value_reads_yaml_scalars():
+    assert parse_value("3") == 3
+    assert parse_value("0.25") == 0.25
+    assert parse_value("true") is True
+    assert parse_value("null") is None
+    assert parse_value("[a, b]") == ["a", "b"]
+    assert parse_value("webshop") == "webshop"
+    assert parse_value("") == ""
+
+
+def test_parse_overrides_dotted_keys():
+    assert parse_overrides(["skillduet.keep_ratio=0.25", "env=webshop", "steps=12"]) == [
+        (["skillduet", "keep_ratio"], 0.25), (["env"], "webshop"), (["steps"], 12)]
+    assert parse_overrides(["skillduet.analyzer.base_url=http://h:1/v1"]) == [
+        (["skillduet", "analyzer", "base_url"], "http://h:1/v1")]
+
+
+@pytest.mark.parametrize("item", ["steps", "=3", "a..b=1", "skillduet.=1"])
+def test_parse_overrides_rejects_malformed(item):
+    with pytest.raises(ConfigError, match="override"):
+        parse_overrides([item])
+
+
+def test_overrides_merge_into_sections():
+    cfg = load_run_config(None, ["skillduet.keep_ratio=0.25", "env=webshop", "steps=12",
+                                 "warm_start.steps=7", "skillduet.analyzer.temperature=0.0"])
+    assert cfg.env == "webshop" and cfg.steps == 12 and cfg.panel == "test"
+    assert cfg.warm_start.steps == 7 and cfg.warm_start.games == RunConfig().warm_start.games
+    method = cfg.method_config()
+    assert method.keep_ratio == 0.25
+    assert method.analyzer.temperature == 0.0
+    # the demo's shortened consolidation schedule is kept under an override
+    assert method.consolidation_interval == DEMO_SKILLDUET["consolidation_interval"]
+
+
+def test_yaml_file_then_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "steps": 5, "skillduet": {"method": "grpo"},
+                                    "trl": {"max_grad_norm": 0.5}}))
+    cfg = load_run_config(path, ["steps=6"], output_dir=str(tmp_path / "out"))
+    assert (cfg.name, cfg.steps, cfg.output_dir) == ("x", 6, str(tmp_path / "out"))
+    assert cfg.trl == {"max_grad_norm": 0.5}
+    method = cfg.method_config()
+    assert method.is_plain_grpo
+    # a file's skillduet section starts from the paper defaults, not the demo's schedule
+    assert method.consolidation_interval == 10
+
+
+@pytest.mark.parametrize("method,check", [
+    ("local_only", lambda m: not m.use_global and m.opd_coef > 0),
+    ("random", lambda m: m.selector == "random"),
+    ("grpo", lambda m: m.is_plain_grpo),
+    ("skillduet", lambda m: m.selector == "strength" and m.use_global),
+])
+def test_method_presets(method, check):
+    assert check(load_run_config(None, [f"skillduet.method={method}"]).method_config())
+
+
+@pytest.mark.parametrize("override,field", [
+    ("steps=0", "steps"),
+    ("num_generations=1", "num_generations"),
+    ("env=atari", "env"),
+    ("model=tiny:huge", "model"),
+    ("learning_rate=-1", "learning_rate"),
+    ("teacher_at=later", "teacher_at"),
+    ("warm_start.games=0", "warm_start.games"),
+    ("warm_start.skill_fraction=2", "warm_start.skill_fraction"),
+    ("warm_start.enabled=maybe", "warm_start.enabled"),
+    ("skillduet.keep_ratio=2", "skillduet.keep_ratio"),
+    ("skillduet.method=ppo", "skillduet.method"),
+    ("eval_before=yes please", "eval_before"),
+])
+def test_errors_name_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        load_run_config(None, [override])
+    assert str(err.value).startswith(f"{field}=")
+
+
+def test_unknown_keys_are_listed():
+    with pytest.raises(ConfigError, match="unknown setting 'nope'.*allowed keys are .*steps"):
+        load_run_config(None, ["nope=1"])
+    with pytest.raises(ConfigError, match="skillduet: unknown SkillDuet setting.*bogus"):
+        load_run_config(None, ["skillduet.bogus=1"])
+    with pytest.raises(ConfigError, match="warm_start.bogus"):
+        load_run_config(None, ["warm_start.bogus=1"])
+    with pytest.raises(ConfigError, match="steps is not a section"):
+        load_run_config(None, ["steps.x=1"])
+
+
+def test_missing_or_bad_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_run_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_run_config(bad)
+
+
+def test_resolved_dict_round_trips():
+    cfg = load_run_config(None, ["skillduet.method=random", "steps=4"])
+    data = cfg.resolved_dict()
+    assert data["skillduet"]["method"] == "random" and data["skillduet"]["selector"] == "random"
+    assert data["eval_panel"] == "valid_unseen"
+    again = RunConfig.from_dict(yaml.safe_load(yaml.safe_dump(data)))
+    assert again.method_config() == cfg.method_config()
+    assert again.steps == 4
+
+
+def test_real_model_path_disables_auto_warm_start():
+    cfg = load_run_config(None, ["model=/some/folder"])
+    assert not cfg.is_tiny and not cfg.warm_start_enabled
+    assert load_run_config(None, ["model=/some/folder", "warm_start.enabled=true"]).warm_start_enabled

@@ -88,11 +88,21 @@ class RunRecorder(TrainerCallback):
         record["time/step_s"] = time.time() - self.t_step
         record["time/elapsed_s"] = time.time() - self.t_train
         self.pending = record
+        self._save_trajectories(int(state.global_step))
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(success=f"{record.get('success', 0.0):.2f}",
                                  global_items=int(record["global/items"]), refresh=True)
         return control
+
+    def _save_trajectories(self, step: int) -> None:
+        """The step's trajectories (tokens, base log-probs, actions) for offline re-scoring (``skillduet score``)."""
+        from skillduet_plugin.skills.trajectory_io import save_trajectories, trajectory_file
+
+        trajectories = (getattr(self.trainer, "last_rollout", None) or {}).get("trajectories") or []
+        accelerator = getattr(self.trainer, "accelerator", None)
+        if trajectories and (accelerator is None or accelerator.is_main_process):
+            save_trajectories(trajectory_file(self.writer.path.parent, step), trajectories)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})

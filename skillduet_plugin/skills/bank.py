@@ -179,16 +179,10 @@ class SkillBank:
     def candidates(self, *, scope: str | None = None, since_step: int | None = None,
                    until_step: int | None = None) -> list[Skill]:
         """Candidates (with cached scores in ``Skill.scores``) with ``since_step < step <= until_step``."""
-        sql, params = "SELECT * FROM candidates WHERE 1=1", []
+        sql, params = _step_window("SELECT * FROM candidates WHERE 1=1", since_step, until_step)
         if scope is not None:
             sql += " AND scope = ?"
             params.append(scope)
-        if since_step is not None:
-            sql += " AND step > ?"
-            params.append(int(since_step))
-        if until_step is not None:
-            sql += " AND step <= ?"
-            params.append(int(until_step))
         return [_row_to_skill(r) for r in self._query(sql + " ORDER BY step, id", params)]
 
     def last_consolidation_step(self, before_or_at: int | None = None) -> int | None:
@@ -205,13 +199,7 @@ class SkillBank:
         return self.candidates(scope=scope, since_step=last, until_step=until_step)
 
     def candidate_scopes(self, *, since_step: int | None = None, until_step: int | None = None) -> list[str]:
-        sql, params = "SELECT DISTINCT scope FROM candidates WHERE 1=1", []
-        if since_step is not None:
-            sql += " AND step > ?"
-            params.append(int(since_step))
-        if until_step is not None:
-            sql += " AND step <= ?"
-            params.append(int(until_step))
+        sql, params = _step_window("SELECT DISTINCT scope FROM candidates WHERE 1=1", since_step, until_step)
         return [r["scope"] for r in self._query(sql + " ORDER BY scope", params)]
 
     # ------------------------------------------------------------------ Global versions
@@ -326,6 +314,18 @@ class SkillBank:
 
 def _loads(text: str | None, default: Any) -> Any:
     return json.loads(text) if text else default
+
+
+def _step_window(sql: str, since_step: int | None, until_step: int | None) -> tuple[str, list]:
+    """Append ``since_step < step <= until_step`` conditions (each optional) to a candidates query."""
+    params: list = []
+    if since_step is not None:
+        sql += " AND step > ?"
+        params.append(int(since_step))
+    if until_step is not None:
+        sql += " AND step <= ?"
+        params.append(int(until_step))
+    return sql, params
 
 
 def _row_to_skill(r: sqlite3.Row) -> Skill:

@@ -27,21 +27,10 @@ _THINKS = (("go to", "I should look there."), ("take", "I need this object."), (
            ("click", "This matches the goal."))
 
 
-def action_response(action: str, goal: str = "") -> str:
-    """The assistant turn for one action: ``<think>Goal: goal reason</think><action>action</action>`` (no eos).
-
-    Restating the goal right before the action puts the task's object and receptacle names a few tokens from
-    where the action names them, so a small model can copy them instead of reaching back to the first prompt.
-    """
+def action_response(action: str) -> str:
+    """The assistant turn for one action: ``<think>reason</think><action>action</action>`` (no eos)."""
     reason = next((r for verb, r in _THINKS if action.lower().startswith(verb)), "This is the next step.")
-    think = f"Goal: {goal.strip()} {reason}" if goal.strip() else reason
-    return f"<think>{think}</think><action>{action}</action>"
-
-
-def response_goal(env_name: str, task: str) -> str:
-    """The goal :func:`action_response` restates: the task for ALFWorld (a short sentence), nothing elsewhere
-    (a WebShop instruction is too long to repeat every turn)."""
-    return task if env_name == "alfworld" else ""
+    return f"<think>{reason}</think><action>{action}</action>"
 
 
 def candidate_logprobs(model: Any, context: list[int], candidates: list[list[int]], *,
@@ -122,4 +111,4 @@ def hf_choice_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0, d
     return choose
 
 
-__all__ = ["ChooseFn", "action_response", "candidate_logprobs", "hf_choice_fn", "response_goal"]
+__all__ = ["ChooseFn", "action_response", "candidate_logprobs", "hf_choice_fn"]

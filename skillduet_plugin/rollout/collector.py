@@ -149,7 +149,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
                  turn_message_fn: Callable[..., str] | None = None,
                  project_action_fn: Callable[..., tuple[str, bool]] | None = None,
                  action_selection: str = "generate", choose_fn: Callable[..., list[Generation]] | None = None,
-                 action_response_fn: Callable[[str, str], str] | None = None) -> list[Episode]:
+                 action_response_fn: Callable[[str], str] | None = None) -> list[Episode]:
     """Play one episode per entry of ``task_ids`` (repeat a task id for a group), all in lockstep.
 
     Args:
@@ -172,12 +172,11 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             ``envs.prompts.turn_message`` and ``envs.projection.project_action`` (custom environments).
         action_selection: ``generate`` (default): the policy writes each turn freely with ``generate_fn``.
             ``choose``: constrained selection among the admissible actions (the CPU demo's tiny model):
-            each admissible action is written as ``action_response_fn(action, goal)`` + eos (default
-            ``rollout.choice.action_response`` with ``goal = response_goal(env_name, task)``, exactly the warm
-            start's format), ``choose_fn(contexts, candidates)``
-            (e.g. ``rollout.choice.hf_choice_fn``) picks one per episode, and its tokens are recorded as policy
-            tokens (mask 1) exactly as a generated turn would be. Candidates longer than the turn's token cap
-            are left out; an episode with none left ends ``truncated``.
+            each admissible action is written as ``action_response_fn(action)`` + eos (default
+            ``rollout.choice.action_response``, exactly the warm start's format), ``choose_fn(contexts,
+            candidates)`` (e.g. ``rollout.choice.hf_choice_fn``) picks one per episode, and its tokens are
+            recorded as policy tokens (mask 1) exactly as a generated turn would be. Candidates longer than
+            the turn's token cap are left out; an episode with none left ends ``truncated``.
 
     An episode ends when the environment says done, after ``max_turns`` turns, when the next turn no longer
     fits the token budget (``truncated``), or when its worker fails (``error``). A policy turn cut by
@@ -197,8 +196,6 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         raise ValueError("action_selection='generate' needs generate_fn (e.g. hf_generate_fn(model, chat))")
     if choosing and action_response_fn is None:
         from skillduet_plugin.rollout.choice import action_response as action_response_fn
-    if choosing:
-        from skillduet_plugin.rollout.choice import response_goal
     if initial_messages_fn is None or turn_message_fn is None:
         from skillduet_plugin.envs import prompts as _prompts
 
@@ -256,8 +253,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         if choosing:
             # A candidate ends in its own eos, so it may use the whole remaining budget.
             caps = {i: min(max_new_tokens, budget_left(episodes[i])) for i in active}
-            goals = {i: response_goal(env_name, episodes[i].task) for i in active}
-            candidates = _candidates(active, admissible, goals, caps, chat, action_response_fn, env_name)
+            candidates = _candidates(active, admissible, caps, chat, action_response_fn, env_name)
             for i in [i for i in active if not candidates[i]]:
                 episodes[i].truncated = True
             active = [i for i in active if candidates[i]]
@@ -324,16 +320,15 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
     return episodes
 
 
-def _candidates(active: list[int], admissible: list[list[str]], goals: dict[int, str], caps: dict[int, int],
-                chat: ChatTokenizer, response_fn: Callable[[str, str], str],
-                env_name: str) -> dict[int, list[list[int]]]:
+def _candidates(active: list[int], admissible: list[list[str]], caps: dict[int, int], chat: ChatTokenizer,
+                response_fn: Callable[[str], str], env_name: str) -> dict[int, list[list[int]]]:
     """Per active episode, the token ids (response + eos) of every admissible action that fits its cap."""
     result: dict[int, list[list[int]]] = {}
     for i in active:
         if not admissible[i]:
             raise ValueError(f"action_selection='choose' needs the environment's admissible actions, but "
                              f"{env_name!r} gave none for episode {i}: use action_selection='generate'")
-        cands = [chat.encode(response_fn(a, goals[i])) + [chat.eos_token_id] for a in dict.fromkeys(admissible[i])]
+        cands = [chat.encode(response_fn(a)) + [chat.eos_token_id] for a in dict.fromkeys(admissible[i])]
         result[i] = [c for c in cands if len(c) <= caps[i]]
     return result
 

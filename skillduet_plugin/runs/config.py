@@ -117,7 +117,8 @@ class RunConfig:
             generation (real runs). ``choose``: constrained selection among the admissible actions, each one's
             warm-start-format response scored by the policy (sampled from the softmax of the summed log-probs at
             ``temperature`` in rollouts, the best one in evaluations); the CPU demo's tiny model cannot copy long
-            action strings, so it plays this way. ``auto``: choose for ``tiny`` models, generate otherwise.
+            action strings, so it plays this way. ``auto``: choose for ``tiny`` models on ALFWorld, generate
+            otherwise (WebShop's search takes free text).
         skillduet: the method's settings (SkillDuetConfig keys) plus ``method`` =
             skillduet | local_only | random | grpo (a preset the other keys override).
         warm_start: behaviour-cloning warm start (see :class:`WarmStartConfig`).
@@ -144,7 +145,7 @@ class RunConfig:
     num_generations: int = 4
     tasks_per_step: int = 4
     max_turns: int = 8
-    max_new_tokens_per_turn: int = 48
+    max_new_tokens_per_turn: int = 32
     max_total_tokens: int = 2048
     invalid_action_penalty: float = 0.1
     learning_rate: float = 2e-4
@@ -241,7 +242,7 @@ class RunConfig:
     def action_mode(self) -> str:
         """``generate`` or ``choose``: ``action_selection`` with ``auto`` resolved by the model."""
         if self.action_selection == "auto":
-            return "choose" if self.is_tiny else "generate"
+            return "choose" if self.is_tiny and self.env == "alfworld" else "generate"
         return self.action_selection
 
     @property

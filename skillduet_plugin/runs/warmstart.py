@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from skillduet_plugin.rollout.choice import action_response, response_goal
+from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
 
-FORMAT_VERSION = 2  # 2: the think block restates the goal (ALFWorld)
+FORMAT_VERSION = 1
 
 
-def expert_response(action: str, goal: str = "") -> str:
-    """The assistant turn cloned for one expert action: ``<think>Goal: goal reason</think><action>action
-    </action>`` (the same text choose mode scores, ``rollout.choice.action_response``)."""
-    return action_response(action, goal)
+def expert_response(action: str) -> str:
+    """The assistant turn cloned for one expert action: ``<think>reason</think><action>action</action>`` (the
+    same text choose mode scores, ``rollout.choice.action_response``)."""
+    return action_response(action)
 
 
 def procedure_text(actions: Sequence[str]) -> str:
@@ -154,7 +154,7 @@ def layout_episode(record: ExpertRecord, env_name: str, chat: ChatTokenizer, *, 
     messages = [dict(m) for m in student]
     n = len(record.actions)
     for k, action in enumerate(record.actions):
-        response = expert_response(action, response_goal(env_name, record.task))
+        response = expert_response(action)
         policy = chat.encode(response) + [chat.eos_token_id]
         if len(tokens) + len(policy) > max_total_tokens:
             n = k

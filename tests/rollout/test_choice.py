@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skillduet_plugin.rollout.choice import action_response, candidate_logprobs, hf_choice_fn, response_goal
+from skillduet_plugin.rollout.choice import action_response, candidate_logprobs, hf_choice_fn
 from skillduet_plugin.rollout.collector import Generation, run_episodes
 from skillduet_plugin.rollout.conversation import ChatTokenizer
 from skillduet_plugin.rollout.toy import ToyStepResult
@@ -58,17 +58,17 @@ def _reference_scores(model, context, candidates):
     return scores
 
 
-def test_action_response_restates_the_goal_for_alfworld_only():
+def test_action_response_is_the_warm_start_format():
+    from skillduet_plugin.runs.warmstart import expert_response
+
     assert action_response("go to desk 1") == "<think>I should look there.</think><action>go to desk 1</action>"
-    assert action_response("go to desk 1", TASK) == \
-        "<think>Goal: put a mug in desk. I should look there.</think><action>go to desk 1</action>"
-    assert action_response("look", "") == "<think>This is the next step.</think><action>look</action>"
-    assert response_goal("alfworld", TASK) == TASK and response_goal("webshop", "i need shoes") == ""
+    assert action_response("look") == "<think>This is the next step.</think><action>look</action>"
+    assert all(expert_response(a) == action_response(a) for a in ("take mug 1 from desk 1", "heat egg 1", "x"))
 
 
 def test_candidate_logprobs_equal_full_forwards(chat, tiny_model):
     context = chat.prompt_ids([{"role": "user", "content": "Your task is to: " + TASK}])
-    candidates = [chat.encode(action_response(a, TASK)) + [chat.eos_token_id]
+    candidates = [chat.encode(action_response(a)) + [chat.eos_token_id]
                   for a in ("look", "go to desk 1", "take mug 1 from shelf 1", "inventory")]
     candidates.append([chat.eos_token_id])  # a one-token candidate: scored from the context alone
     assert len({len(c) for c in candidates}) > 2  # different lengths exercise the right padding
@@ -123,9 +123,9 @@ def test_choose_mode_plays_only_admissible_actions_and_records_their_tokens(chat
         # completion = chosen response + eos (mask 1) | env turn (mask 0) | ... exactly as a generated turn
         ids, mask, k = ep.tokens.completion_ids, ep.tokens.completion_mask, 0
         for turn, action in enumerate(ep.actions):
-            policy = chat.encode(action_response(action, TASK)) + [chat.eos_token_id]
+            policy = chat.encode(action_response(action)) + [chat.eos_token_id]
             assert ids[k:k + len(policy)] == policy and mask[k:k + len(policy)] == [1] * len(policy)
-            assert ep.responses[turn] == action_response(action, TASK)
+            assert ep.responses[turn] == action_response(action)
             k += len(policy)
             while k < len(mask) and mask[k] == 0:
                 k += 1
@@ -165,12 +165,12 @@ def test_candidates_over_the_turn_cap_are_left_out(chat):
         seen.append([len(c) for c in candidates[0]])
         return [Generation(token_ids=c[0]) for c in candidates]
 
-    lengths = {a: len(chat.encode(action_response(a, TASK))) + 1 for a in ShiftingPool()._admissible(0)}
-    cap = lengths["look"]  # shortest: "take mug 0 from shelf 1" and "go to desk 0" do not fit
+    lengths = {a: len(chat.encode(action_response(a))) + 1 for a in ShiftingPool()._admissible(0)}
+    cap = min(lengths.values())  # "take mug 0 from shelf 1" and "go to desk 0" do not fit
     (ep,) = run_episodes(["g0"], env_name="alfworld", pool=ShiftingPool(), chat=chat, max_turns=1,
                          max_new_tokens=cap, max_total_tokens=4096, action_selection="choose", choose_fn=first)
     assert all(n <= cap for n in seen[0]) and len(seen[0]) < len(lengths)
-    assert ep.actions == ["look"]
+    assert lengths[ep.actions[0]] == cap
     (ep,) = run_episodes(["g0"], env_name="alfworld", pool=ShiftingPool(), chat=chat, max_turns=1,
                          max_new_tokens=cap - 1, max_total_tokens=4096, action_selection="choose", choose_fn=first)
     assert ep.truncated and ep.num_turns == 0 and ep.tokens.completion_ids == []

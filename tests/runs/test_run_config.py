@@ -132,3 +132,16 @@ def test_real_model_path_disables_auto_warm_start():
     cfg = load_run_config(None, ["model=/some/folder"])
     assert not cfg.is_tiny and not cfg.warm_start_enabled
     assert load_run_config(None, ["model=/some/folder", "warm_start.enabled=true"]).warm_start_enabled
+
+
+def test_action_selection_auto_chooses_for_tiny_alfworld_only():
+    cfg = load_run_config()
+    assert cfg.action_selection == "auto" and cfg.action_mode == "choose"
+    assert cfg.resolved_dict()["action_selection"] == "choose"
+    assert load_run_config(None, ["model=/some/folder"]).action_mode == "generate"
+    assert load_run_config(None, ["env=webshop"]).action_mode == "generate"
+    assert load_run_config(None, ["action_selection=generate"]).action_mode == "generate"
+    assert load_run_config(None, ["model=/some/folder", "action_selection=choose"]).action_mode == "choose"
+    with pytest.raises(ConfigError, match="action_selection='sample' is invalid: allowed values are auto, "
+                                          "generate, choose"):
+        load_run_config(None, ["action_selection=sample"])

@@ -31,7 +31,7 @@ def test_train_then_eval(games, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     code = main(["train", f"data_dir={games}", "model=tiny", "steps=2", "tasks_per_step=1", "num_generations=2",
-                 "max_turns=2", "max_new_tokens_per_turn=8", "eval_tasks=2", "warm_start.games=2",
+                 "max_turns=2", "max_new_tokens_per_turn=32", "eval_tasks=2", "warm_start.games=2",
                  "warm_start.steps=2", "skillduet.consolidation_interval=1", "--output-dir", str(out)])
     assert code == 0
     printed = capsys.readouterr().out.strip().splitlines()

@@ -99,7 +99,8 @@ def _run(args: argparse.Namespace) -> int:
         results = evaluate_conditions(model, tokenizer, tasks, env_name=config.env, pool=pool, lifecycle=lifecycle,
                                       conditions=conditions, max_turns=config.max_turns,
                                       max_new_tokens=config.max_new_tokens_per_turn,
-                                      max_total_tokens=config.max_total_tokens, log=log)
+                                      max_total_tokens=config.max_total_tokens,
+                                      action_selection=config.action_mode, log=log)
     finally:
         pool.close()
         if lifecycle is not None:

@@ -41,8 +41,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from skillduet_plugin.config import ConfigError
     from skillduet_plugin.runs.config import RunConfig, load_run_config
-    from skillduet_plugin.runs.evaluate import CONDITIONS, eval_lifecycle, evaluate_conditions, format_table
-    from skillduet_plugin.runs.environment import make_pool
+    from skillduet_plugin.runs.evaluate import CONDITIONS, evaluate_panel, format_table
     from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
     from skillduet_plugin.runs.trl_runner import OFFLINE_ENV, load_model, panel, set_threads
 
@@ -92,19 +91,8 @@ def _run(args: argparse.Namespace) -> int:
     set_threads(config)
     model, tokenizer = load_model(model_dir, config)
     tasks = panel(config, limit=args.limit)
-    lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None
-    pool = make_pool(config, config.panel)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        results = evaluate_conditions(model, tokenizer, tasks, env_name=config.env, pool=pool, lifecycle=lifecycle,
-                                      conditions=conditions, max_turns=config.max_turns,
-                                      max_new_tokens=config.max_new_tokens_per_turn,
-                                      max_total_tokens=config.max_total_tokens,
-                                      action_selection=config.action_mode, log=log)
-    finally:
-        pool.close()
-        if lifecycle is not None:
-            lifecycle.close()
+    results = evaluate_panel(model, tokenizer, config, tasks, bank, conditions=conditions, log=log)
     results.update(panel=config.panel, env=config.env, model=str(model_dir), bank=str(bank) if bank else None,
                    max_turns=config.max_turns)
     table = format_table(results, config.env, title=f"{config.env} {config.panel}: {model_dir}")

@@ -216,3 +216,26 @@ def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str
 def _type_order(t: str) -> tuple[int, str]:
     order = ("pick", "look", "clean", "heat", "cool", "pick2")
     return (order.index(t), t) if t in order else (len(order), t)
+
+
+def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[str], bank_path: Any, *,
+                   conditions: Sequence[str] = CONDITIONS, log=print) -> dict[str, Any]:
+    """:func:`evaluate_conditions` for a run config: the run's Global (from ``bank_path`` if it exists), an
+    environment pool for the panel, the run's turn limits and action selection; everything closed after."""
+    from pathlib import Path
+
+    from skillduet_plugin.runs.environment import make_pool
+
+    bank = Path(bank_path) if bank_path else None
+    lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None
+    pool = make_pool(config, config.panel)
+    try:
+        return evaluate_conditions(model, tokenizer, task_ids, env_name=config.env, pool=pool, lifecycle=lifecycle,
+                                   conditions=conditions, max_turns=config.max_turns,
+                                   max_new_tokens=config.max_new_tokens_per_turn,
+                                   max_total_tokens=config.max_total_tokens,
+                                   action_selection=config.action_mode, log=log)
+    finally:
+        pool.close()
+        if lifecycle is not None:
+            lifecycle.close()

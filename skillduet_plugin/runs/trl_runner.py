@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
-from skillduet_plugin.runs.environment import env_kwargs, make_env, make_pool
+from skillduet_plugin.runs.environment import env_kwargs, make_env
 from skillduet_plugin.runs.recorder import RunRecorder
 from skillduet_plugin.runs.rundir import MetricsWriter, RunDir, cache_dir, resolve_model, write_json
 
@@ -125,20 +125,9 @@ def load_model(model_dir: Path, config: RunConfig) -> tuple[Any, Any]:
 def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run: RunDir, *, label: str,
             conditions: tuple[str, ...], log: Callable[[str], None]) -> dict[str, Any]:
     """Success on the panel under ``conditions`` (greedy); written to ``eval/<label>.json``."""
-    from skillduet_plugin.runs.evaluate import eval_lifecycle, evaluate_conditions
+    from skillduet_plugin.runs.evaluate import evaluate_panel
 
-    lifecycle = eval_lifecycle(str(run.bank), config.method_config(), tokenizer) if run.bank.exists() else None
-    pool = make_pool(config, config.panel)
-    try:
-        results = evaluate_conditions(model, tokenizer, tasks, env_name=config.env, pool=pool, lifecycle=lifecycle,
-                                      conditions=conditions, max_turns=config.max_turns,
-                                      max_new_tokens=config.max_new_tokens_per_turn,
-                                      max_total_tokens=config.max_total_tokens,
-                                      action_selection=config.action_mode, log=log)
-    finally:
-        pool.close()
-        if lifecycle is not None:
-            lifecycle.close()
+    results = evaluate_panel(model, tokenizer, config, tasks, run.bank, conditions=conditions, log=log)
     results["panel"] = config.panel
     write_json(run.eval_dir / f"{label}.json", results)
     return results

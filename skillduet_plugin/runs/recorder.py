@@ -37,20 +37,8 @@ def global_metrics(lifecycle: Any) -> dict[str, float]:
     """Size of the Global in force: scopes with a version, total items and tokens, newest version number."""
     if lifecycle is None:
         return {"global/scopes": 0.0, "global/items": 0.0, "global/tokens": 0.0, "global/version_max": 0.0}
-    from skillduet_plugin.skills.budget import count_tokens
-
-    scopes = items = tokens = 0
-    newest = 0
-    for scope in lifecycle.bank.scopes():
-        g = lifecycle.global_for(scope)
-        if g.version is None:
-            continue
-        scopes += 1
-        items += len(g.items)
-        tokens += count_tokens(g.text, lifecycle.tokenizer)
-        newest = max(newest, int(g.version))
-    return {"global/scopes": float(scopes), "global/items": float(items), "global/tokens": float(tokens),
-            "global/version_max": float(newest)}
+    summary = lifecycle.global_summary()
+    return {f"global/{key}": value for key, value in summary.items()}
 
 
 class RunRecorder(TrainerCallback):

@@ -289,20 +289,26 @@ class SkillLifecycle:
         self.reload()
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self) -> dict[str, float]:
-        """Numbers for the trainer's logger: cumulative counters, the last step's values, the current Globals."""
-        out = {f"skills/{k}": float(v) for k, v in self._counters.items()}
-        out.update(self._last)
-        items = tokens = versions = 0
+    def global_summary(self) -> dict[str, float]:
+        """Size of the Globals in force: scopes with a version, items and tokens in all, newest version."""
+        scopes = items = tokens = newest = 0
         for scope in self.bank.scopes():
             g = self.global_for(scope)
             if g.version is None:
                 continue
-            versions += 1
+            scopes += 1
             items += len(g.items)
             tokens += count_tokens(g.text, self.tokenizer)
-        out.update({"skills/global_scopes": float(versions), "skills/global_items": float(items),
-                    "skills/global_tokens": float(tokens)})
+            newest = max(newest, int(g.version))
+        return {"scopes": float(scopes), "items": float(items), "tokens": float(tokens), "version_max": float(newest)}
+
+    def metrics(self) -> dict[str, float]:
+        """Numbers for the trainer's logger: cumulative counters, the last step's values, the current Globals."""
+        out = {f"skills/{k}": float(v) for k, v in self._counters.items()}
+        out.update(self._last)
+        summary = self.global_summary()
+        out.update({"skills/global_scopes": summary["scopes"], "skills/global_items": summary["items"],
+                    "skills/global_tokens": summary["tokens"]})
         for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
             if backend is not None and hasattr(backend, "failures"):
                 out[f"skills/{name}_backend_failures"] = float(backend.failures)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from skillduet_plugin.config import ConfigError, SkillDuetConfig, preset
+from skillduet_plugin.config import _check_choice as _choice
+from skillduet_plugin.config import _fail
 
 ENVS = ("alfworld", "webshop")
 METHODS = ("skillduet", "local_only", "random", "grpo")
@@ -36,10 +38,6 @@ DEMO_SKILLDUET: dict[str, Any] = {
 }
 
 
-def _fail(name: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"{name}={value!r} is invalid: {allowed}")
-
-
 def _int(name: str, value: Any, lo: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         _fail(name, value, f"expected an integer >= {lo}")
@@ -48,11 +46,6 @@ def _int(name: str, value: Any, lo: int) -> None:
 def _num(name: str, value: Any, lo: float, lo_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lo or (lo_open and value == lo):
         _fail(name, value, f"expected a number {'>' if lo_open else '>='} {lo}")
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        _fail(name, value, f"allowed values are {', '.join(choices)}")
 
 
 def _bool(name: str, value: Any) -> None:

@@ -24,6 +24,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 TEACHER_AT = ("generation", "loss")
 ACTION_SELECTIONS = ("auto", "generate", "choose")
+EXPERTS = ("search", "walkthrough")
 # Default evaluation panel per env (the fixed, deterministic validation split).
 DEFAULT_PANEL = {"alfworld": "valid_unseen", "webshop": "test"}
 
@@ -55,11 +56,17 @@ def _bool(name: str, value: Any) -> None:
 
 @dataclass
 class WarmStartConfig:
-    """Behaviour cloning on expert walkthroughs before RL, so that a small model sometimes succeeds.
+    """Behaviour cloning on expert episodes before RL, so that a small model sometimes succeeds.
 
     Attributes:
         enabled: ``auto`` (on for ``tiny`` models, off for real checkpoints), true or false.
-        games: training games whose walkthroughs are cloned (taken from the start of the train split).
+        games: training games whose expert episodes are cloned (taken from the start of the train split).
+        expert: ``search`` (ALFWorld: the searching expert of ``envs.alfworld.expert``, which looks for the
+            target like a player who does not know where it is, so the clone learns to search) or
+            ``walkthrough`` (the game file's stored plan, straight to the hidden object). WebShop always uses
+            its goal-directed shopper.
+        episodes_per_game: expert episodes per game (the searching expert visits receptacles in a different
+            seeded order in each).
         steps: optimizer steps (the deterministic budget; the result is cached by a hash of these settings).
         max_minutes: safety cap on wall time; training stops early (and the run says so) when reached.
         batch_size: episodes per optimizer step.
@@ -70,16 +77,20 @@ class WarmStartConfig:
 
     enabled: Any = "auto"
     games: int = 72
-    steps: int = 120
-    max_minutes: float = 4.0
-    batch_size: int = 8
-    learning_rate: float = 3e-3
+    expert: str = "search"
+    episodes_per_game: int = 2
+    steps: int = 700
+    max_minutes: float = 5.0
+    batch_size: int = 4
+    learning_rate: float = 6e-3
     skill_fraction: float = 0.5
 
     def validate(self) -> None:
         if self.enabled not in ("auto", True, False):
             _fail("warm_start.enabled", self.enabled, "expected auto, true or false")
         _int("warm_start.games", self.games, 1)
+        _choice("warm_start.expert", self.expert, EXPERTS)
+        _int("warm_start.episodes_per_game", self.episodes_per_game, 1)
         _int("warm_start.steps", self.steps, 0)
         _num("warm_start.max_minutes", self.max_minutes, 0, lo_open=True)
         _int("warm_start.batch_size", self.batch_size, 1)
@@ -137,9 +148,9 @@ class RunConfig:
     steps: int = 9
     num_generations: int = 4
     tasks_per_step: int = 4
-    max_turns: int = 8
+    max_turns: int = 12
     max_new_tokens_per_turn: int = 32
-    max_total_tokens: int = 2048
+    max_total_tokens: int = 2560
     invalid_action_penalty: float = 0.1
     learning_rate: float = 2e-4
     temperature: float = 1.0

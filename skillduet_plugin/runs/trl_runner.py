@@ -150,7 +150,8 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None)
         log_file.flush()
 
     t_start = time.time()
-    set_threads(config)
+    if config.threads:
+        torch.set_num_threads(config.threads)  # else the warm start's long sequences use torch's default (all cores)
     writer = MetricsWriter(run.metrics)
     timings: dict[str, float] = {}
     try:
@@ -163,6 +164,7 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None)
         if config.warm_start_enabled:
             model_dir, warm_info = _warm_start(config, base, say)
         timings["time/warm_start_s"] = time.time() - t0
+        set_threads(config)
 
         model, tokenizer = load_model(model_dir, config)
         t0 = time.time()
@@ -215,6 +217,7 @@ def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tu
     method = config.method_config()
     return warm_start_model(
         base, env_name=config.env, make_env=lambda n: make_env(config, config.train_split, n), games=ws.games,
+        expert=ws.expert, episodes_per_game=ws.episodes_per_game,
         steps=ws.steps, batch_size=ws.batch_size, learning_rate=ws.learning_rate, max_minutes=ws.max_minutes,
         skill_fraction=ws.skill_fraction, max_turns=config.max_turns, max_total_tokens=config.max_total_tokens,
         skill_token_budget=method.skill_token_budget, skill_position=method.skill_position, seed=config.seed,

@@ -47,10 +47,24 @@ def procedure_text(actions: Sequence[str]) -> str:
 ExpertFn = Callable[[str, dict[str, Any], int], str]
 
 
-def make_expert(env: Any, task_id: str) -> ExpertFn:
-    """``expert(obs, info, turn) -> action`` for one task: the game's walkthrough when the env has one
-    (ALFWorld), else a goal-directed shopper (WebShop: search the instruction, open the goal product, pick
-    its goal options, buy)."""
+EXPERTS = ("search", "walkthrough")
+
+
+def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0) -> ExpertFn:
+    """``expert(obs, info, turn) -> action`` for one episode of one task.
+
+    ALFWorld: with ``kind="search"`` the env's searching expert (it does not know where the target is, so it
+    visits receptacles in a ``seed``-dependent order), for task variants it does not play and with
+    ``kind="walkthrough"`` the game's stored walkthrough. WebShop: a goal-directed shopper (search the
+    instruction, open the goal product, pick its goal options, buy).
+    """
+    if kind not in EXPERTS:
+        raise ValueError(f"kind={kind!r} is invalid: allowed values are {', '.join(EXPERTS)}")
+    finder = getattr(env, "searching_expert", None)
+    if kind == "search" and callable(finder):
+        expert = finder(task_id, seed)
+        if expert is not None:
+            return expert
     if hasattr(env, "walkthrough"):
         actions = list(env.walkthrough(task_id))
         if not actions:
@@ -122,9 +136,10 @@ class ClonedEpisode:
     with_skill: bool
 
 
-def play_expert(env: Any, task_id: str, *, max_turns: int) -> ExpertRecord:
-    """Play the expert on ``task_id`` for at most ``max_turns`` actions (the RL loop's turn limit)."""
-    expert = make_expert(env, task_id)
+def play_expert(env: Any, task_id: str, *, max_turns: int, kind: str = "search", seed: int = 0) -> ExpertRecord:
+    """Play the expert (:func:`make_expert`) on ``task_id`` for at most ``max_turns`` actions (the RL loop's
+    turn limit)."""
+    expert = make_expert(env, task_id, kind=kind, seed=seed)
     obs, info = env.reset(task_id)
     record = ExpertRecord(task_id=task_id, scope=str(info["task_type"]), task=str(info["task"]),
                           observations=[obs], admissible=[list(info["admissible_actions"])], actions=[], won=False)
@@ -227,10 +242,37 @@ def batch_tensors(batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
     return ids, attn, labels
 
 
+def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
+    """Mean cross-entropy over the policy tokens of ``batch`` (prompt and environment tokens carry none).
+
+    Equal to a causal LM's loss on :func:`batch_tensors`' labels, computed with ``core.logprobs.
+    response_logprobs``: right-padded rows without an attention mask (the fused attention path) and the LM head
+    only at completion positions, about twice as fast on CPU for the long episodes of a multi-turn game.
+    """
+    import torch
+
+    from skillduet_plugin.core.logprobs import response_logprobs
+
+    width = max(len(ep.tokens) for ep in batch)
+    logps = response_logprobs(model, [ep.tokens.prompt_ids for ep in batch],
+                              [ep.tokens.completion_ids for ep in batch], token_budget=width * len(batch),
+                              pad_token_id=pad_token_id)
+    device = logps[0].device
+    total = torch.zeros((), device=device)
+    count = 0
+    for lp, ep in zip(logps, batch):
+        mask = torch.tensor(ep.tokens.completion_mask, dtype=lp.dtype, device=device)
+        total = total - (lp * mask).sum()
+        count += int(sum(ep.tokens.completion_mask))
+    if count == 0:
+        raise ValueError("no policy tokens in this batch: every cloned episode needs at least one action")
+    return total / count
+
+
 def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_size: int, learning_rate: float,
           max_minutes: float, seed: int = 0, pad_token_id: int = 0,
           on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
-    """Cross-entropy on the policy tokens of ``episodes`` (environment and prompt tokens are masked out).
+    """Cross-entropy on the policy tokens of ``episodes`` (:func:`cloning_loss`).
 
     Batches are drawn with a seeded shuffle; stops after ``steps`` optimizer steps or ``max_minutes``.
     Returns ``{"steps", "loss_first", "loss_last", "seconds", "stopped_early"}``.
@@ -240,7 +282,6 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     if not episodes:
         raise ValueError("no expert episodes to clone: the warm start needs at least one game")
     gen = torch.Generator().manual_seed(seed)
-    device = next(model.parameters()).device
     optim = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         optim, lambda k: min(1.0, (k + 1) / max(1, steps // 20)) * max(0.05, 1.0 - k / max(1, steps)))
@@ -255,14 +296,13 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
             order, cursor = torch.randperm(len(episodes), generator=gen).tolist(), 0
         batch = [episodes[i] for i in order[cursor:cursor + batch_size]]
         cursor += batch_size
-        ids, attn, labels = batch_tensors(batch, pad_token_id)
-        out = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device))
-        out.loss.backward()
+        loss = cloning_loss(model, batch, pad_token_id)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         sched.step()
         optim.zero_grad(set_to_none=True)
-        losses.append(float(out.loss.detach()))
+        losses.append(float(loss.detach()))
         step += 1
         if on_step is not None:
             on_step(step, losses[-1])
@@ -291,7 +331,7 @@ def model_fingerprint(model_dir: str | Path) -> str:
 
 
 def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Callable[[int], Any], games: int,
-                     steps: int, batch_size: int, learning_rate: float, max_minutes: float, skill_fraction: float,
+                     expert: str = "search", episodes_per_game: int = 1, steps: int, batch_size: int, learning_rate: float, max_minutes: float, skill_fraction: float,
                      max_turns: int, max_total_tokens: int, skill_token_budget: int, skill_position: str,
                      seed: int, cache_root: str | Path, env_identity: dict[str, Any],
                      log: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]]:
@@ -304,7 +344,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
-                "games": games, "steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
+                "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
                 "max_minutes": max_minutes, "skill_fraction": skill_fraction, "max_turns": max_turns,
                 "max_total_tokens": max_total_tokens, "skill_token_budget": skill_token_budget,
                 "skill_position": skill_position, "seed": seed}
@@ -321,7 +361,8 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     chat = ChatTokenizer(tokenizer)
     env = make_env(games)
     try:
-        records = [play_expert(env, t, max_turns=max_turns) for t in list(env.tasks)[:games]]
+        records = [play_expert(env, t, max_turns=max_turns, kind=expert, seed=k)
+                   for t in list(env.tasks)[:games] for k in range(episodes_per_game)]
     finally:
         env.close()
     episodes = build_cloning_data(records, env_name, chat, max_total_tokens=max_total_tokens,
@@ -329,7 +370,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
                                   skill_position=skill_position, seed=seed)
     build_s = time.time() - t0
     won = sum(ep.won for ep in episodes)
-    log(f"warm start: {len(episodes)} expert episodes ({won} won within {max_turns} turns, "
+    log(f"warm start: {len(episodes)} {expert} expert episodes ({won} won within {max_turns} turns, "
         f"{sum(ep.with_skill for ep in episodes)} with a skill section) in {build_s:.0f}s")
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)

@@ -167,3 +167,25 @@ def test_warm_start_is_cached(tiny_model_dir, tmp_path):
     assert (out1 / "model.safetensors").is_file() and (out1 / "tokenizer.json").is_file()
     out3, _ = warm_start_model(tiny_model_dir, **{**kwargs, "steps": 3})
     assert out3 != out1
+
+
+def test_cloning_loss_equals_the_causal_lm_loss_on_the_labels(tiny_model, chat):
+    import torch
+
+    from skillduet_plugin.runs.warmstart import cloning_loss
+
+    records = _records(TASKS[:3])
+    cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, skill_fraction=0.5,
+                                skill_token_budget=64, seed=1)
+    ids, attn, labels = batch_tensors(cloned, pad_token_id=chat.pad_token_id)
+    assert len({len(c.tokens) for c in cloned}) > 1  # padding is exercised
+    tiny_model.eval()
+    reference = tiny_model(input_ids=ids, attention_mask=attn, labels=labels).loss
+    ours = cloning_loss(tiny_model, cloned, pad_token_id=chat.pad_token_id)
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(ours, list(tiny_model.parameters()), allow_unused=True)
+    ref_grads = torch.autograd.grad(tiny_model(input_ids=ids, attention_mask=attn, labels=labels).loss,
+                                    list(tiny_model.parameters()), allow_unused=True)
+    for g, r in zip(grads, ref_grads):
+        if r is not None:
+            torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)

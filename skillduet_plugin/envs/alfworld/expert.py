@@ -1,0 +1,191 @@
+"""A searching ALFWorld expert: it knows only what the task sentence says, never where things are.
+
+A game's stored ``walkthrough`` goes straight to the hidden object, so a policy cloned from walkthroughs never
+sees what to do after looking in the wrong place. :class:`SearchingExpert` plays like a person who reads the
+task: it visits the receptacles that can hold the target (in a seeded random order, opening closed ones), takes
+the target as soon as it is in view, uses the task's appliance (sink basin, microwave, fridge, desk lamp) and
+puts the object into the goal receptacle; ``pick2`` repeats the search for the second object, starting where
+more of them were seen. It decides from the admissible actions (which list ``take X from Y`` only for objects in
+view, ``open Y`` only for a closed receptacle at hand, and so on), so it plays real and generated games alike.
+
+Task parameters come from the task directory name (``<task_type>-<Obj>-<MRecep>-<Recep>-<scene>``), which both
+the official data and our generator use. Variants it does not handle (sliced objects, movable receptacles) make
+:func:`task_params` return None; callers fall back to the walkthrough.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from skillduet_plugin.envs.alfworld.tasks import TASK_TYPES
+
+# Scope -> (verb, appliance class) of the processing step.
+PROCESS: dict[str, tuple[str, str]] = {"clean": ("clean", "sinkbasin"), "heat": ("heat", "microwave"),
+                                       "cool": ("cool", "fridge")}
+LAMPS = ("desklamp", "floorlamp")
+_NUMBERED = re.compile(r"^(?P<cls>[a-z]+) \d+$")
+
+
+@dataclass(frozen=True)
+class TaskParams:
+    """What the task sentence says: the scope, the target object class, the goal receptacle class (``""`` for
+    ``look``), the lamp class (``look`` only) and how many objects must be placed."""
+
+    scope: str
+    obj: str
+    recep: str
+    lamp: str
+    count: int
+
+
+def task_params(task_id: str) -> TaskParams | None:
+    """The parameters of ``task_id`` from its task directory name, or None for variants the expert skips."""
+    for part in reversed(PurePosixPath(str(task_id)).parts):
+        fields = part.split("-")
+        if len(fields) == 5 and fields[0] in TASK_TYPES:
+            scope = TASK_TYPES[fields[0]]
+            obj, mrecep, target = fields[1].lower(), fields[2], fields[3].lower()
+            if obj.endswith("sliced") or mrecep != "None":
+                return None
+            if scope == "look":
+                return TaskParams(scope, obj, "", target, 1) if target in LAMPS else None
+            return TaskParams(scope, obj, target, "", 2 if scope == "pick2" else 1)
+    return None
+
+
+def _class_of(name: str) -> str:
+    match = _NUMBERED.match(name.strip())
+    return match.group("cls") if match else name.strip()
+
+
+def _plausible_holders(obj: str) -> set[str]:
+    """Receptacle classes (lower case) that ALFWorld lets hold objects of class ``obj``."""
+    from skillduet_plugin.envs.alfworld.engine import import_engine
+
+    import_engine()
+    from alfworld.gen import constants
+
+    return {r.lower() for r, objs in constants.VAL_RECEPTACLE_OBJECTS.items() if obj in {o.lower() for o in objs}}
+
+
+@dataclass
+class SearchingExpert:
+    """``expert(obs, info, turn) -> action`` for one episode of one task (a fresh instance per episode).
+
+    Deterministic for a given ``seed``; different seeds search in different orders.
+    """
+
+    params: TaskParams
+    seed: int = 0
+    _rng: random.Random = field(init=False)
+    _order: list[str] = field(default_factory=list)
+    _visited: set[str] = field(default_factory=set)
+    _here: str = ""
+    _holding: str = ""
+    _processed: bool = False
+    _placed: set[str] = field(default_factory=set)
+    _seen: dict[str, set[str]] = field(default_factory=dict)  # receptacle -> target instances seen there
+    _lamp_at: str = ""
+    _last: str = ""
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(f"{self.params}/{self.seed}")
+
+    # -- bookkeeping from the previous action's outcome ------------------------------------------------------
+    def _observe(self, obs: str, admissible: list[str]) -> None:
+        ok = "Nothing happens" not in obs
+        last = self._last
+        if ok and last.startswith("go to "):
+            self._here = last[len("go to "):]
+            self._visited.add(self._here)
+        elif ok and last.startswith("take "):
+            self._holding = last[len("take "):].split(" from ")[0]
+        elif ok and (last.startswith("move ") or last.startswith("put ")):
+            self._placed.add(self._holding)
+            self._holding, self._processed = "", False
+        elif ok and self.params.scope in PROCESS and last.startswith(PROCESS[self.params.scope][0] + " "):
+            self._processed = True
+        if self._here:
+            here = {a.split(" from ")[0][len("take "):] for a in admissible
+                    if a.startswith(f"take {self.params.obj} ") and a.endswith(f" from {self._here}")}
+            self._seen[self._here] = here - self._placed - {self._holding}
+            if self.params.lamp and any(a.startswith(f"use {self.params.lamp} ") for a in admissible):
+                self._lamp_at = self._here
+
+    def _goto(self, admissible: list[str], targets: list[str]) -> str | None:
+        for target in targets:
+            if f"go to {target}" in admissible:
+                return f"go to {target}"
+        return None
+
+    def _search(self, admissible: list[str], classes: set[str]) -> str:
+        """The next receptacle of ``classes`` not yet visited (seeded order), then any unvisited one."""
+        self._order_or(admissible)
+        preferred = [r for r in self._order if _class_of(r) in classes and r not in self._visited]
+        others = [r for r in self._order if r not in self._visited]
+        step = self._goto(admissible, preferred + others)
+        if step is None:  # everything visited: look again, in the same order
+            self._visited = {self._here} if self._here else set()
+            step = self._goto(admissible, [r for r in self._order if _class_of(r) in classes] + self._order)
+        return step or "look"
+
+    # -- policy ------------------------------------------------------------------------------------------------
+    def __call__(self, obs: str, info: dict[str, Any], turn: int) -> str:
+        admissible = [str(a) for a in info.get("admissible_actions") or []]
+        self._observe(str(obs), admissible)
+        self._last = self._decide(admissible)
+        return self._last
+
+    def _decide(self, adm: list[str]) -> str:
+        p = self.params
+        if not self._holding:
+            takes = [a for a in adm if a.startswith(f"take {p.obj} ")
+                     and a.split(" from ")[0][len("take "):] not in self._placed]
+            if takes:
+                return takes[0]
+            if f"open {self._here}" in adm:
+                return f"open {self._here}"
+            known = [r for r, objs in self._seen.items() if objs and r != self._here]
+            return self._goto(adm, known) or self._search(adm, _plausible_holders(p.obj))
+        if p.scope in PROCESS and not self._processed:
+            verb, appliance = PROCESS[p.scope]
+            use = [a for a in adm if a.startswith(f"{verb} {self._holding} with {appliance} ")]
+            if use:
+                return use[0]
+            return self._goto(adm, [r for r in self._order_or(adm) if _class_of(r) == appliance]) or "look"
+        if p.scope == "look":
+            use = [a for a in adm if a.startswith(f"use {p.lamp} ")]
+            if use:
+                return use[0]
+            return self._goto(adm, [self._lamp_at] if self._lamp_at else []) or self._search(
+                adm, _plausible_holders(p.lamp) or {"desk", "sidetable", "dresser"})
+        moves = [a for a in adm if (a.startswith(f"move {self._holding} to ") or a.startswith(
+            f"put {self._holding} in")) and _class_of(a.split(" to ")[-1].split(" in/on ")[-1]) == p.recep]
+        if moves:
+            return moves[0]
+        if _class_of(self._here) == p.recep and f"open {self._here}" in adm:
+            return f"open {self._here}"
+        goals = [r for r in self._order_or(adm) if _class_of(r) == p.recep]
+        return self._goto(adm, goals) or "look"
+
+    def _order_or(self, adm: list[str]) -> list[str]:
+        """The episode's receptacle order, fixed (seeded shuffle) the first time it is needed."""
+        if not self._order:
+            rooms = {a[len("go to "):] for a in adm if a.startswith("go to ")} | ({self._here} if self._here else set())
+            self._order = sorted(rooms)
+            self._rng.shuffle(self._order)
+        return list(self._order)
+
+
+def searching_expert(task_id: str, seed: int = 0) -> SearchingExpert | None:
+    """A fresh :class:`SearchingExpert` for one episode of ``task_id``, or None when the task is a variant it
+    does not play (use the walkthrough then)."""
+    params = task_params(task_id)
+    return SearchingExpert(params, seed) if params is not None else None
+
+
+__all__ = ["LAMPS", "PROCESS", "SearchingExpert", "TaskParams", "searching_expert", "task_params"]

@@ -144,7 +144,7 @@ class RunConfig:
     train_split: str = "train"
     train_tasks: int = 0
     eval_panel: str | None = None
-    eval_tasks: int = 12
+    eval_tasks: int = 24
     steps: int = 9
     num_generations: int = 4
     tasks_per_step: int = 4

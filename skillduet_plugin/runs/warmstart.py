@@ -11,7 +11,7 @@ On ALFWorld the expert is the searching expert of ``envs.alfworld.expert`` by de
 walkthrough goes straight to the hidden object, so a clone of walkthroughs never learns what to do after looking
 in the wrong place, and on unseen games it gets lost after its first guess. Measured on the CPU demo's tiny model
 (2 cores): cloning walkthroughs gave 0 wins in 64 sampled training rollouts; cloning the searching expert with
-the same budget wins in about half of them, so most GRPO groups mix successes and failures.
+the same budget wins in about half of them, so many GRPO groups mix successes and failures.
 """
 
 from __future__ import annotations

@@ -27,6 +27,14 @@ ACTION_SELECTIONS = ("auto", "generate", "choose")
 EXPERTS = ("search", "walkthrough")
 # Default evaluation panel per env (the fixed, deterministic validation split).
 DEFAULT_PANEL = {"alfworld": "valid_unseen", "webshop": "test"}
+# Demo defaults that differ per environment (the RunConfig defaults are ALFWorld's): applied by
+# ``load_run_config`` when the run's env is this one and neither the file nor an override set the key.
+# WebShop pages are long (a results page is ~1,000 tokens) and its shopper is deterministic.
+ENV_DEMO_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
+    "webshop": {("eval_tasks",): 16, ("train_tasks",): 256, ("max_turns",): 8, ("max_total_tokens",): 4096,
+                ("warm_start", "games"): 128, ("warm_start", "episodes_per_game"): 1, ("warm_start", "steps"): 60,
+                ("warm_start", "max_minutes"): 4.0, ("warm_start", "learning_rate"): 3e-3},
+}
 
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
 # CPU run consolidates 3 times) and small skill budgets that fit the tiny model's context.
@@ -330,6 +338,17 @@ def _set_path(data: dict[str, Any], path: list[str], value: Any, where: str) -> 
     node[path[-1]] = value
 
 
+def _key_paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The leaf key paths a (nested) mapping sets: ``{"a": {"b": 1}, "c": 2}`` -> ``{("a", "b"), ("c",)}``."""
+    paths: set[tuple[str, ...]] = set()
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            paths |= _key_paths(value, prefix + (str(key),))
+        else:
+            paths.add(prefix + (str(key),))
+    return paths
+
+
 def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in update.items():
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
@@ -344,11 +363,14 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
     """Defaults (the CPU demo) <- the YAML file <- ``key=value`` overrides <- ``--output-dir``.
 
     Sections merge key by key, except a file's ``skillduet:`` section, which replaces the demo's method
-    settings (it starts from the paper defaults of its ``method`` preset). Overrides always merge.
+    settings (it starts from the paper defaults of its ``method`` preset). Overrides always merge. Where the
+    resulting env has its own demo defaults (``ENV_DEMO_DEFAULTS``: ``env=webshop`` alone is the WebShop demo),
+    they replace the ALFWorld ones for every key that neither the file nor an override set.
     """
     import yaml
 
     data = RunConfig().to_dict()
+    explicit: set[tuple[str, ...]] = set()
     if path is not None:
         file = Path(path)
         if not file.is_file():
@@ -358,6 +380,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         if not isinstance(loaded, Mapping):
             raise ConfigError(f"{path}: expected a mapping of settings at the top level, got "
                               f"{type(loaded).__name__}")
+        explicit |= _key_paths(loaded)
         if isinstance(loaded.get("skillduet"), Mapping):
             # A file's method section starts from the paper defaults (its preset), not from the demo's
             # shortened schedule: a GPU recipe must not inherit consolidation every 3 steps by accident.
@@ -368,6 +391,10 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
             raise ConfigError(f"override {'.'.join(key_path)}={value!r}: unknown setting {key_path[0]!r}; "
                               f"allowed keys are {', '.join(sorted(data))}")
         _set_path(data, key_path, value, f"override {'.'.join(key_path)}")
+        explicit.add(tuple(key_path))
+    for key_path, value in ENV_DEMO_DEFAULTS.get(str(data.get("env")), {}).items():
+        if not any(key_path[:len(e)] == e for e in explicit):
+            _set_path(data, list(key_path), value, "env demo default")
     if output_dir is not None:
         data["output_dir"] = output_dir
     return RunConfig.from_dict(data)

@@ -67,3 +67,21 @@ def test_minimal_trl_script_runs(tmp_path, monkeypatch, capsys):
     runpy.run_path(str(EXAMPLES / "minimal_trl.py"), run_name="__main__")
     assert "--- Global for" in capsys.readouterr().out
     assert (tmp_path / "out" / "skill_bank.sqlite").is_file()
+
+
+def test_env_webshop_alone_is_the_webshop_demo(tmp_path):
+    """``skillduet train env=webshop`` gets the WebShop demo settings (long pages, deterministic shopper), the
+    same as examples/cpu_webshop.yaml apart from its name; anything set explicitly still wins."""
+    example = load_run_config(EXAMPLES / "cpu_webshop.yaml").resolved_dict()
+    plain = load_run_config(None, ["env=webshop"]).resolved_dict()
+    assert {k for k in example if example[k] != plain[k]} == {"name"}
+    assert plain["max_total_tokens"] == 4096 and plain["warm_start"]["episodes_per_game"] == 1
+    mine = load_run_config(None, ["env=webshop", "max_turns=5", "warm_start.steps=7"])
+    assert mine.max_turns == 5 and mine.warm_start.steps == 7 and mine.warm_start.games == 128
+    file = tmp_path / "ws.yaml"
+    file.write_text("env: webshop\nmax_total_tokens: 3000\nwarm_start:\n  batch_size: 2\n")
+    from_file = load_run_config(file)
+    assert from_file.max_total_tokens == 3000 and from_file.warm_start.batch_size == 2
+    assert from_file.warm_start.games == 128 and from_file.eval_tasks == 16
+    # ALFWorld keeps the demo defaults
+    assert load_run_config(None, ["env=alfworld"]).resolved_dict() == RunConfig().resolved_dict()

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.runs.config import DEMO_SKILLDUET, RunConfig, load_run_config, parse_overrides, parse_value
+from skillduet_plugin.runs.config import (DEMO_SKILLDUET, ENV_DEMO_DEFAULTS, RunConfig, load_run_config, parse_overrides,
+                                         parse_value)
 
 
 def test_defaults_are_the_demo_and_consolidate_at_least_twice():
@@ -47,7 +48,8 @@ def test_overrides_merge_into_sections():
     cfg = load_run_config(None, ["skillduet.keep_ratio=0.25", "env=webshop", "steps=12",
                                  "warm_start.steps=7", "skillduet.analyzer.temperature=0.0"])
     assert cfg.env == "webshop" and cfg.steps == 12 and cfg.panel == "test"
-    assert cfg.warm_start.steps == 7 and cfg.warm_start.games == RunConfig().warm_start.games
+    assert cfg.warm_start.steps == 7 and cfg.warm_start.skill_fraction == RunConfig().warm_start.skill_fraction
+    assert cfg.warm_start.games == ENV_DEMO_DEFAULTS["webshop"][("warm_start", "games")]  # env=webshop: its demo
     method = cfg.method_config()
     assert method.keep_ratio == 0.25
     assert method.analyzer.temperature == 0.0

@@ -366,6 +366,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     chat = ChatTokenizer(tokenizer)
     env = make_env(games)
+    label = f"{expert} expert" if callable(getattr(env, "searching_expert", None)) else "scripted expert"
     try:
         records = [play_expert(env, t, max_turns=max_turns, kind=expert, seed=k)
                    for t in list(env.tasks)[:games] for k in range(episodes_per_game)]
@@ -376,7 +377,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
                                   skill_position=skill_position, seed=seed)
     build_s = time.time() - t0
     won = sum(ep.won for ep in episodes)
-    log(f"warm start: {len(episodes)} {expert} expert episodes ({won} won within {max_turns} turns, "
+    log(f"warm start: {len(episodes)} {label} episodes ({won} won within {max_turns} turns, "
         f"{sum(ep.with_skill for ep in episodes)} with a skill section) in {build_s:.0f}s")
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.runs.config import EXPERTS
 
 FORMAT_VERSION = 1
 
@@ -51,9 +52,6 @@ def procedure_text(actions: Sequence[str]) -> str:
 
 # ---------------------------------------------------------------------- experts
 ExpertFn = Callable[[str, dict[str, Any], int], str]
-
-
-EXPERTS = ("search", "walkthrough")
 
 
 def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0) -> ExpertFn:
@@ -228,30 +226,10 @@ def _insert_section(messages: list[dict], task: str, scope: str, *, section: str
 
 
 # ---------------------------------------------------------------------- training
-def batch_tensors(batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
-    """``(input_ids, attention_mask, labels)``, each ``(batch, max_len)``, right-padded; labels are the
-    completion's policy tokens and -100 on prompt, environment and padding positions."""
-    import torch
-
-    width = max(len(ep.tokens) for ep in batch)
-    ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
-    attn = torch.zeros((len(batch), width), dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    for row, ep in enumerate(batch):
-        seq = ep.tokens.prompt_ids + ep.tokens.completion_ids
-        ids[row, :len(seq)] = torch.tensor(seq)
-        attn[row, :len(seq)] = 1
-        p = len(ep.tokens.prompt_ids)
-        target = torch.tensor(ep.tokens.completion_ids, dtype=torch.long)
-        mask = torch.tensor(ep.tokens.completion_mask, dtype=torch.bool)
-        labels[row, p:p + len(target)] = torch.where(mask, target, torch.full_like(target, -100))
-    return ids, attn, labels
-
-
 def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
     """Mean cross-entropy over the policy tokens of ``batch`` (prompt and environment tokens carry none).
 
-    Equal to a causal LM's loss on :func:`batch_tensors`' labels, computed with ``core.logprobs.
+    Equal to a causal LM's loss with labels on the policy tokens (-100 elsewhere), computed with ``core.logprobs.
     response_logprobs``: right-padded rows without an attention mask (the fused attention path) and the LM head
     only at completion positions, about twice as fast on CPU for the long episodes of a multi-turn game.
     """

@@ -8,12 +8,32 @@ import pytest
 from skillduet_plugin.envs.prompts import initial_messages
 from skillduet_plugin.rollout.collector import Generation, run_episodes
 from skillduet_plugin.rollout.conversation import ChatTokenizer
-from skillduet_plugin.runs.warmstart import (batch_tensors, build_cloning_data, cache_key, clone, expert_response,
+from skillduet_plugin.runs.warmstart import (build_cloning_data, cache_key, clone, expert_response,
                                              play_expert, procedure_text, warm_start_model)
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
 from runs_fakes import FAKE_TASKS, FakeAlfworld, FakePool
 
 TASKS = list(FAKE_TASKS)
+
+
+def batch_tensors(batch, pad_token_id=0):
+    """The plain causal-LM view of cloned episodes (the independent reference for the cloning loss):
+    ``(input_ids, attention_mask, labels)``, right-padded; labels are the policy tokens, -100 elsewhere."""
+    import torch
+
+    width = max(len(ep.tokens) for ep in batch)
+    ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for row, ep in enumerate(batch):
+        seq = ep.tokens.prompt_ids + ep.tokens.completion_ids
+        ids[row, :len(seq)] = torch.tensor(seq)
+        attn[row, :len(seq)] = 1
+        p = len(ep.tokens.prompt_ids)
+        target = torch.tensor(ep.tokens.completion_ids, dtype=torch.long)
+        mask = torch.tensor(ep.tokens.completion_mask, dtype=torch.bool)
+        labels[row, p:p + len(target)] = torch.where(mask, target, torch.full_like(target, -100))
+    return ids, attn, labels
 
 
 @pytest.fixture()

@@ -19,6 +19,7 @@ the official data and our generator use. Variants it does not handle (sliced obj
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -66,14 +67,16 @@ def _class_of(name: str) -> str:
     return match.group("cls") if match else name.strip()
 
 
-def _plausible_holders(obj: str) -> set[str]:
+@functools.lru_cache(maxsize=None)
+def _plausible_holders(obj: str) -> frozenset[str]:
     """Receptacle classes (lower case) that ALFWorld lets hold objects of class ``obj``."""
     from skillduet_plugin.envs.alfworld.engine import import_engine
 
     import_engine()
     from alfworld.gen import constants
 
-    return {r.lower() for r, objs in constants.VAL_RECEPTACLE_OBJECTS.items() if obj in {o.lower() for o in objs}}
+    return frozenset(r.lower() for r, objs in constants.VAL_RECEPTACLE_OBJECTS.items()
+                     if obj in {o.lower() for o in objs})
 
 
 @dataclass
@@ -126,7 +129,7 @@ class SearchingExpert:
                 return f"go to {target}"
         return None
 
-    def _search(self, admissible: list[str], classes: set[str]) -> str:
+    def _search(self, admissible: list[str], classes: frozenset[str] | set[str]) -> str:
         """The next receptacle of ``classes`` not yet visited (seeded order), then any unvisited one."""
         self._order_or(admissible)
         preferred = [r for r in self._order if _class_of(r) in classes and r not in self._visited]

@@ -75,6 +75,19 @@ def _sample_task(kwargs: dict[str, Any]) -> tuple[str, str]:
     return str(task_id), str(info.get("split", "train"))
 
 
+def weight_versions(served_steps: list[int], batch_step: Any) -> dict[str, int]:
+    """verl's ``min_global_steps``/``max_global_steps``: the oldest and newest weights that generated a turn.
+
+    verl's V1 trainer reads both for every sample (off-policy staleness metrics) and fails on a missing one.
+    An episode with no generated turn (the prompt filled the budget, or the server reported no version) falls
+    back to the weights current when its batch was sampled: step ``global_steps - 1`` of the dataloader batch.
+    """
+    if served_steps:
+        return {"min_global_steps": min(served_steps), "max_global_steps": max(served_steps)}
+    fallback = max(0, int(batch_step) - 1) if batch_step is not None else 0
+    return {"min_global_steps": fallback, "max_global_steps": fallback}
+
+
 @register(AGENT_LOOP_NAME)
 class SkillDuetAgentLoop(AgentLoopBase):
     """Plays one multi-turn episode per call of :meth:`run` (verl makes one instance per trajectory)."""
@@ -111,11 +124,13 @@ class SkillDuetAgentLoop(AgentLoopBase):
         task_id, split = _sample_task(kwargs)
         key, env = await self._call(ENV_CACHE.acquire, self.env_settings, split)
         try:
-            return await self._play(env, task_id, split, dict(sampling_params))
+            return await self._play(env, task_id, split, dict(sampling_params),
+                                    batch_step=kwargs.get("global_steps"))
         finally:
             ENV_CACHE.release(key, env)
 
-    async def _play(self, env: Any, task_id: str, split: str, sampling_params: dict[str, Any]) -> AgentLoopOutput:
+    async def _play(self, env: Any, task_id: str, split: str, sampling_params: dict[str, Any],
+                    batch_step: Any = None) -> AgentLoopOutput:
         cfg, method = self.env_settings, self.settings.method
         timing = {"generate": 0.0, "env": 0.0}
         t0 = time.perf_counter()
@@ -132,6 +147,7 @@ class SkillDuetAgentLoop(AgentLoopBase):
         record: dict[str, Any] = {"actions": [], "responses": [], "observations": [str(obs)], "valid": []}
         reward, won, score, truncated, has_logps = 0.0, False, 0.0, False, True
         request_id = uuid4().hex  # one sticky session per episode (prefix cache)
+        weight_steps: list[int] = []  # global step of the weights that generated each turn
         for turn in range(cfg.max_turns):
             left = self.response_length - len(tokens.completion_ids)
             if left < 2:  # one generated token plus a closing eos
@@ -142,6 +158,9 @@ class SkillDuetAgentLoop(AgentLoopBase):
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=tokens.context_ids,
                                                      sampling_params=params)
             timing["generate"] += time.perf_counter() - t0
+            served = (out.extra_fields or {}).get("global_steps")
+            if served is not None:
+                weight_steps.append(int(served))
             ids = list(out.token_ids)[: left - 1]
             logps = list(out.log_probs)[: len(ids)] if out.log_probs else None
             has_logps = has_logps and logps is not None and len(logps) == len(ids)
@@ -189,6 +208,7 @@ class SkillDuetAgentLoop(AgentLoopBase):
             "skill_ids": [f"global:{scope}:v{version}"] if version is not None else [],
             "skill_text": global_skills.text if global_skills is not None else "",
             "turn_scores": [], "tool_rewards": [],
+            **weight_versions(weight_steps, batch_step),
         }
         n = len(tokens.completion_ids)
         return AgentLoopOutput(
@@ -200,4 +220,4 @@ class SkillDuetAgentLoop(AgentLoopBase):
             extra_fields=extra)
 
 
-__all__ = ["EXTRA_KEY", "ENV_CACHE", "SkillDuetAgentLoop", "load_function"]
+__all__ = ["EXTRA_KEY", "ENV_CACHE", "SkillDuetAgentLoop", "load_function", "weight_versions"]

@@ -136,6 +136,8 @@ class SkillDuetTrainer(PPOTrainerSync):
         metrics["skillduet/local_skills"] = len(self._extraction.skills)
         metrics["skillduet/extraction_failures"] = self._extraction.failures
         metrics["skillduet/trajectories"] = len(self._trajectories)
+        versions = [t.global_version for _, t in self._trajectories if t.global_version is not None]
+        metrics["skillduet/rollout_global_version"] = max(versions) if versions else -1  # newest in the prompts
         if method.opd_coef > 0:
             batch = self._put_teacher_logprobs(batch, prompts, responses, masks, metrics)
         return batch

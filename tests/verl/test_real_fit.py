@@ -1,0 +1,111 @@
+"""verl's real ``main_ppo`` / ``fit()`` on CPU (test-only rollout backend), stock and with the SkillDuet plugin.
+
+Every assertion reads what verl itself wrote: its file logger's per-step metrics, its checkpoint folders and
+the process exit code. The three runs share one file so CI's ``--dist loadfile`` keeps them on one worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("ray")
+pytest.importorskip("transfer_queue")
+
+from skillduet_plugin.testing.verl_cpu_run import read_metrics, run  # noqa: E402
+from skillduet_plugin.testing.verl_rollout import SKIP_SYNC_ENV  # noqa: E402
+
+GAP = "training/rollout_probs_diff_max"  # verl's max |p_rollout - p_actor| over the step's response tokens
+RUN_TIMEOUT = 900
+
+
+def assert_rollout_synced(metrics: dict[int, dict], steps) -> None:
+    """The rollout server generated with the actor's weights: verl's rollout-vs-actor gap is float noise."""
+    for step in steps:
+        assert metrics[step]["training/rollout_probs_diff_valid"] == 1.0, step
+        assert metrics[step][GAP] < 1e-6, f"step {step}: rollout-vs-actor gap {metrics[step][GAP]:.3g}"
+
+
+def _tail(path: Path, n: int = 6000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else "(no log)"
+
+
+def _fit(out: Path, name: str, **kwargs) -> tuple[int, dict[int, dict], Path]:
+    metrics, log = out / f"{name}.jsonl", out / f"{name}.log"
+    code = run(out, metrics=str(metrics), log=str(log), timeout=RUN_TIMEOUT, **kwargs)
+    assert code == 0, f"{name} exited {code}:\n{_tail(log)}"
+    return code, read_metrics(metrics), log
+
+
+@pytest.mark.slow
+def test_stock_main_ppo_fit_and_weight_sync_negative_control(tmp_path):
+    """Stock verl (no plugin), 3 GRPO steps; the weight sync after step 2 is skipped on purpose, so step 2
+    shows the synced gap and step 3 the stale one (the gap assertion can fail)."""
+    _, metrics, _ = _fit(tmp_path, "stock", stock=True, steps=3, save_freq=-1, extra_env={SKIP_SYNC_ENV: "2"})
+    assert sorted(metrics) == [1, 2, 3]
+    assert not any(k.startswith("skillduet/") for m in metrics.values() for k in m)
+    assert_rollout_synced(metrics, [1, 2])
+    assert metrics[3][GAP] > 1e-5, "skipping the sync should leave the rollout on stale weights"
+    with pytest.raises(AssertionError, match="gap"):
+        assert_rollout_synced(metrics, [3])
+    for m in metrics.values():
+        assert math.isfinite(m["actor/pg_loss"]) and m["timing_s/step"] > 0
+
+
+def _bank_globals(bank_dir: Path) -> dict[str, list[tuple[int, str]]]:
+    from skillduet_plugin.skills.bank import SkillBank
+
+    bank = SkillBank(next(bank_dir.glob("*.sqlite")), readonly=True)
+    try:
+        return {s: [(v.version, v.text) for v in bank.history(s)] for s in bank.scopes()}
+    finally:
+        bank.close()
+
+
+@pytest.mark.slow
+def test_skillduet_fit_checkpoints_and_resume(tmp_path):
+    """trainer.plugins=[skillduet] on generated ALFWorld games: 2 steps checkpointed every step, then a resume
+    for step 3 that starts from the checkpoint's bank and Global (the live bank is rolled back first, so only
+    a real restore passes)."""
+    _, metrics, _ = _fit(tmp_path, "skillduet", steps=2, save_freq=1)
+    assert sorted(metrics) == [1, 2]
+    for step, m in metrics.items():
+        assert m["skillduet/local_skills"] > 0, step
+        assert m["skillduet/trajectories"] == 8, step
+        assert math.isfinite(m["actor/skillduet/opd_loss"]), step
+        assert 0.0 < m["actor/skillduet/opd/gate_active_ratio"] < 1.0, step
+        assert m["skillduet/skills/global_scopes"] >= 1, step  # consolidation_interval=1
+    assert metrics[1]["skillduet/rollout_global_version"] == -1  # nothing consolidated before step 1
+    assert metrics[2]["skillduet/rollout_global_version"] >= 1  # step 1's Global was in step 2's prompts
+    assert_rollout_synced(metrics, [2])
+
+    ckpt = tmp_path / "checkpoints"
+    saved = {}
+    for step in (1, 2):
+        folder = ckpt / f"global_step_{step}" / "skillduet"
+        state = json.loads((folder / "verl_state.json").read_text())
+        assert state["global_steps"] == step and state["end_step_done"] is True and state["scopes"]
+        saved[step] = _bank_globals(folder / "bank")
+        assert saved[step] and all(saved[step].values())
+    assert saved[1] != saved[2]
+
+    # roll the live bank back to step 1: a resume that did not restore step 2's bank would use that
+    live = ckpt / "skillduet" / "bank.sqlite"
+    for extra in live.parent.glob("bank.sqlite-*"):
+        extra.unlink()
+    live.write_bytes(next((ckpt / "global_step_1" / "skillduet" / "bank").glob("*.sqlite")).read_bytes())
+
+    _, resumed, log = _fit(tmp_path, "resumed", steps=3, save_freq=1)
+    assert sorted(resumed) == [3]
+    assert "restored the skill bank of step 2" in log.read_text(errors="replace")
+    newest = max(v for versions in saved[2].values() for v, _ in versions)
+    assert resumed[3]["skillduet/rollout_global_version"] == newest
+    assert resumed[3]["skillduet/local_skills"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
+    assert_rollout_synced(resumed, [3])
+    after = _bank_globals(ckpt / "global_step_3" / "skillduet" / "bank")
+    for scope, versions in saved[2].items():  # step 3 only appended to the checkpoint's history
+        assert after[scope][: len(versions)] == versions, scope

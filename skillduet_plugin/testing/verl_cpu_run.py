@@ -202,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                overrides=args.overrides)
     ckpt = out / "checkpoints"
     print(f"exit code {code}")
+    if os.environ.get("DRY_RUN", "") not in ("", "0"):
+        return code
     print(f"checkpoints: {ckpt}")
     print(f"metrics (verl's file logger): {args.metrics or out / ('metrics_' + ('stock' if args.stock else 'skillduet') + '.jsonl')}")
     if not args.stock:

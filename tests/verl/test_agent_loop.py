@@ -20,8 +20,9 @@ TOY = "skillduet_plugin.rollout.toy"
 class FakeServer:
     """Async ``generate`` returning scripted turns (with sampling log-probs), recording every request."""
 
-    def __init__(self, turns: list[list[int]]):
+    def __init__(self, turns: list[list[int]], versions: list[int] | None = None):
         self.turns = list(turns)
+        self.versions = list(versions) if versions is not None else None  # served weights' global step
         self.calls: list[dict] = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
@@ -30,7 +31,8 @@ class FakeServer:
         self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
                            "sampling_params": dict(sampling_params)})
         ids = self.turns.pop(0)
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+        extra = {"global_steps": self.versions.pop(0)} if self.versions is not None else {}
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), extra_fields=extra)
 
 
 class FakeGlobals:
@@ -53,14 +55,14 @@ def _config():
                     "skillduet.env.max_turn_tokens=64", "skillduet.env.max_turns=3"])
 
 
-def _run(tokenizer, turns, task_id="toy-3"):
+def _run(tokenizer, turns, task_id="toy-3", versions=None, **run_kwargs):
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     from skillduet_plugin.integrations.verl.agent_loop import SkillDuetAgentLoop
 
     cfg = _config()
-    server, globals_ = FakeServer(turns), FakeGlobals()
+    server, globals_ = FakeServer(turns, versions), FakeGlobals()
 
     async def go():
         loop = SkillDuetAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
@@ -69,7 +71,7 @@ def _run(tokenizer, turns, task_id="toy-3"):
         loop.global_client = globals_
         return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True},
                               raw_prompt=[{"role": "user", "content": "toy task"}],
-                              extra_info={"task_id": task_id, "split": "train", "index": 0})
+                              extra_info={"task_id": task_id, "split": "train", "index": 0}, **run_kwargs)
 
     return asyncio.run(go()), server, globals_
 
@@ -132,3 +134,18 @@ def test_missing_task_id_names_the_dataset_builder(tiny_tokenizer):
 
     with pytest.raises(KeyError, match="integrations.verl.data"):
         _sample_task({"extra_info": {}})
+
+
+def test_weight_versions_for_verl_staleness_metrics(tiny_tokenizer):
+    """verl's V1 trainer reads min/max_global_steps of every sample (it crashed at the end of step 1 without)."""
+    from skillduet_plugin.integrations.verl.agent_loop import weight_versions
+
+    chat = ChatTokenizer(tiny_tokenizer)
+    rambling = chat.encode("<think>hmm</think> I am not sure")
+    out, _, _ = _run(tiny_tokenizer, [rambling] * 3, task_id="toy-0", versions=[4, 5, 5], global_steps=6)
+    assert out.extra_fields["min_global_steps"] == 4 and out.extra_fields["max_global_steps"] == 5
+    # no version reported (or no turn generated): the weights current when the batch was sampled
+    out, _, _ = _run(tiny_tokenizer, [rambling] * 3, task_id="toy-0", global_steps=6)
+    assert out.extra_fields["min_global_steps"] == 5 and out.extra_fields["max_global_steps"] == 5
+    assert weight_versions([], None) == {"min_global_steps": 0, "max_global_steps": 0}
+    assert weight_versions([], 1) == {"min_global_steps": 0, "max_global_steps": 0}

@@ -90,4 +90,4 @@ def test_cpu_tiny_recipe_dry_run(tmp_path):
     out = proc.stdout
     assert "trainer_mode: skillduet_sync" in out and "default_agent_loop: skillduet_agent" in out
     assert "# DRY_RUN" in out and "name: hf" in out and "consolidation_interval: 1" in out
-    assert "checkpoints: " in out
+    assert "exit code 0" in out

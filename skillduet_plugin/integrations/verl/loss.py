@@ -8,7 +8,8 @@ so the loss stays invariant to how a mini-batch is split into micro-batches and 
 Normalisation: with ``loss_agg_mode=token-mean`` verl divides by the response tokens of the whole mini-batch,
 so the OPD term here is Eq. 1 scaled by the share of response tokens whose trajectory has a Local skill
 (logged as ``skillduet/opd_token_ratio``; close to 1 when the analyzer serves every group). The TRL adapter
-divides by the supervised tokens themselves (Eq. 1 exactly).
+divides by the supervised tokens themselves (Eq. 1 exactly). verl prefixes every loss metric with ``actor/``, so
+these show as ``actor/skillduet/opd_loss``, ``actor/skillduet/opd/gate_active_ratio``, ... in its logger.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and res
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from tensordict import TensorDict
@@ -68,6 +69,15 @@ class SkillDuetTrainer(PPOTrainerSync):
         template_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", None) or {})
         return SkillLifecycle(self.skillduet.method, bank_path, tokenizer=self.tokenizer,
                               env=self.skillduet.env.name, chat_template_kwargs=template_kwargs)
+
+    def _timer(self, name: str) -> ContextManager:
+        """verl's phase timer: the phase shows as ``timing_s/<name>`` in the step's metrics."""
+        timing = getattr(self, "timing_raw", None)
+        if timing is None:
+            return contextlib.nullcontext()
+        from verl.utils.debug import marked_timer
+
+        return marked_timer(name, timing)
 
     # ------------------------------------------------------------------ set-up
     def _ensure_lifecycle(self) -> None:
@@ -132,14 +142,16 @@ class SkillDuetTrainer(PPOTrainerSync):
         self._trajectories = build_trajectories(batch.keys, records, prompts, responses, masks, old,
                                                 step=self.global_steps, skip=padding)
         self._scopes.update(t.scope for _, t in self._trajectories)
-        self._extraction = self.lifecycle.extract([t for _, t in self._trajectories], self.global_steps)
+        with self._timer("skillduet_extract"):
+            self._extraction = self.lifecycle.extract([t for _, t in self._trajectories], self.global_steps)
         metrics["skillduet/local_skills"] = len(self._extraction.skills)
         metrics["skillduet/extraction_failures"] = self._extraction.failures
         metrics["skillduet/trajectories"] = len(self._trajectories)
         versions = [t.global_version for _, t in self._trajectories if t.global_version is not None]
         metrics["skillduet/rollout_global_version"] = max(versions) if versions else -1  # newest in the prompts
         if method.opd_coef > 0:
-            batch = self._put_teacher_logprobs(batch, prompts, responses, masks, metrics)
+            with self._timer("skillduet_teacher"):
+                batch = self._put_teacher_logprobs(batch, prompts, responses, masks, metrics)
         return batch
 
     def _put_teacher_logprobs(self, batch, prompts, responses, masks, metrics) -> Any:
@@ -166,16 +178,18 @@ class SkillDuetTrainer(PPOTrainerSync):
         for row, traj in self._trajectories:
             traj.advantage = advantages[row]
         # Scoring runs before the actor update: Delta is measured under the weights that rolled out.
-        self.lifecycle.score(self._extraction.skills, [t for _, t in self._trajectories], self._logprob_fn)
+        with self._timer("skillduet_score"):
+            self.lifecycle.score(self._extraction.skills, [t for _, t in self._trajectories], self._logprob_fn)
         return batch
 
     def on_step_end(self) -> None:
         super().on_step_end()  # rollout replicas get the new weights first
-        self.lifecycle.end_step(self.global_steps)
-        self._publish_globals()
-        if self._checkpoint_folder is not None:
-            self._snapshot_skill_bank(self._checkpoint_folder, end_step_done=True)
-            self._checkpoint_folder = None
+        with self._timer("skillduet_end_step"):  # consolidation, publication, bank snapshot
+            self.lifecycle.end_step(self.global_steps)
+            self._publish_globals()
+            if self._checkpoint_folder is not None:
+                self._snapshot_skill_bank(self._checkpoint_folder, end_step_done=True)
+                self._checkpoint_folder = None
         pending = dict(getattr(self, "_pending_sync_metrics", None) or {})
         pending.update({f"skillduet/{k}": v for k, v in (self.lifecycle.metrics() or {}).items()})
         self._pending_sync_metrics = pending

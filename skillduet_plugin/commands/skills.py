@@ -28,14 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_bank(run_dir: str):
-    """The bank of a run folder (or a bank file), read-only; exits with a clear message when absent."""
-    from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
+    """The bank of a run folder (or a bank file), read-only; :class:`BankError` when absent or unusable."""
+    from skillduet_plugin.skills.bank import BANK_FILENAME, BankError, SkillBank
 
     path = Path(run_dir)
     if path.is_dir():
         path = path / BANK_FILENAME
     if not path.is_file():
-        raise SystemExit(f"skillduet skills: no skill bank at {path} (a run folder holds {BANK_FILENAME})")
+        raise BankError(f"no skill bank at {path} (a run folder holds {BANK_FILENAME}): pass a run folder or "
+                        "a .sqlite bank file")
     return SkillBank(path, readonly=True)
 
 
@@ -143,6 +144,19 @@ def _export(bank, fmt: str, out: str | None, scope: str | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run one action; a bad or missing bank file is one line on stderr and exit code 2, never a traceback."""
+    import sqlite3
+
+    from skillduet_plugin.skills.bank import BankError
+
+    try:
+        return _run(args)
+    except (BankError, sqlite3.DatabaseError, UnicodeError, ValueError) as exc:
+        print(f"skillduet skills {args.action}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     bank = open_bank(args.run_dir)
     try:
         if args.action == "show":

@@ -4,13 +4,17 @@ One writer (the trainer's main process) and any number of readers (other ranks, 
 file: WAL journaling lets readers see the last committed state while the writer works, and every write is one
 transaction, so a crash leaves the bank as of the last complete call. Global versions are immutable rows.
 ``snapshot``/``restore`` copy the bank with SQLite's backup API (atomic: a temporary file, then a rename), so a
-checkpoint at step k restores exactly the bank of step k.
+checkpoint at step k restores exactly the bank of step k. A file is checked when opened (schema version,
+columns) and a snapshot before it replaces anything (``integrity_check``, schema, non-empty); a bad file is a
+:class:`BankError` naming the file and the fix (``bank_files``). Text is cleaned (``sanitize.clean_text``) on
+the way in, so whatever a caller passes, the bank holds valid UTF-8.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -19,29 +23,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from skillduet_plugin.skills.bank_files import (SCHEMA, SCHEMA_VERSION, BankError, corrupt, migrate, refuse_newer,
+                                                schema_problems, snapshots_under, stored_version, validate_file)
+from skillduet_plugin.skills.sanitize import clean_text
 from skillduet_plugin.skills.types import GlobalSkills, Skill
 
-BANK_FILENAME = "skill_bank.sqlite"
-SCHEMA_VERSION = 1
+__all__ = ["BANK_FILENAME", "SCHEMA_VERSION", "BankError", "GlobalVersion", "SkillBank"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS candidates (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    skill_id TEXT NOT NULL, scope TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
-    step INTEGER NOT NULL, source_traj_ids TEXT NOT NULL, metadata TEXT NOT NULL,
-    strength REAL, utility REAL, contrast REAL, n_heldout INTEGER, score_note TEXT, scored_step INTEGER,
-    created_at REAL NOT NULL,
-    UNIQUE (skill_id, step));
-CREATE INDEX IF NOT EXISTS candidates_scope_step ON candidates (scope, step);
-CREATE TABLE IF NOT EXISTS global_versions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    scope TEXT NOT NULL, version INTEGER NOT NULL, step INTEGER NOT NULL, parent_version INTEGER,
-    items TEXT NOT NULL, text TEXT NOT NULL, selector TEXT NOT NULL, report TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    UNIQUE (scope, version));
-CREATE TABLE IF NOT EXISTS consolidations (step INTEGER PRIMARY KEY, scopes TEXT NOT NULL, created_at REAL NOT NULL);
-"""
+BANK_FILENAME = "skill_bank.sqlite"
 
 SCORE_FIELDS = ("strength", "utility", "contrast")
 
@@ -76,6 +65,8 @@ class SkillBank:
         self.readonly = readonly
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        #: True when this object found no bank (missing or 0-byte file) and starts an empty one
+        self.created_fresh = not self.path.exists() or self.path.stat().st_size == 0
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._connect()
@@ -86,16 +77,36 @@ class SkillBank:
             return self._conn
         if self.readonly and not self.path.exists():
             return None
+        existed = self.path.exists() and self.path.stat().st_size > 0
         conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout=30000")
-        if self.readonly:
-            conn.execute("PRAGMA query_only=ON")
-        else:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout=30000")
+            version = stored_version(conn) if existed else None
+            refuse_newer(self.path, version)
+            if self.readonly:
+                conn.execute("PRAGMA query_only=ON")
+            else:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(SCHEMA)
+                if version is None:
+                    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
+                elif version < SCHEMA_VERSION:
+                    migrate(conn, self.path, version)
+            # A reader may open the file before the writer made its tables (it then reads as empty).
+            problems = schema_problems(conn) if (version is not None or not self.readonly) else []
+            if problems:
+                raise BankError(f"skill bank {self.path} does not have the schema of version {SCHEMA_VERSION} "
+                                f"it claims ({'; '.join(problems)}): restore it from a checkpoint snapshot, or "
+                                "move it away to start a new bank")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise corrupt(self.path, exc) from exc
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         return conn
 
@@ -106,13 +117,18 @@ class SkillBank:
         with self._lock:
             conn = self._connect()
             assert conn is not None
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if _is_corruption(exc):
+                    raise corrupt(self.path, exc) from exc
                 raise
-            conn.execute("COMMIT")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -124,6 +140,12 @@ class SkillBank:
             except sqlite3.OperationalError as exc:
                 if self.readonly and "no such table" in str(exc):
                     return []  # the writer created the file but not yet the schema
+                if _is_corruption(exc):
+                    raise corrupt(self.path, exc) from exc
+                raise
+            except sqlite3.DatabaseError as exc:
+                if _is_corruption(exc):
+                    raise corrupt(self.path, exc) from exc
                 raise
 
     def close(self) -> None:
@@ -152,7 +174,8 @@ class SkillBank:
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO candidates (skill_id, scope, kind, text, step, source_traj_ids, "
                     "metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (s.skill_id, s.scope, s.kind, s.text, int(step), json.dumps(list(s.source_traj_ids)),
+                    (clean_text(s.skill_id), clean_text(s.scope), clean_text(s.kind), clean_text(s.text),
+                     int(step), json.dumps(list(s.source_traj_ids)),
                      json.dumps(s.metadata or {}, sort_keys=True, default=str), now))
                 added += cur.rowcount
         return added
@@ -217,7 +240,8 @@ class SkillBank:
                                    (v["scope"],)).fetchone()
                 parent = row["v"] if row and row["v"] is not None else None
                 gv = GlobalVersion(scope=v["scope"], version=(parent or 0) + 1, step=int(step),
-                                   parent_version=parent, items=list(v["items"]), text=v["text"],
+                                   parent_version=parent, items=[clean_text(i) for i in v["items"]],
+                                   text=clean_text(v["text"]),
                                    selector=v["selector"], report=dict(v.get("report") or {}), created_at=now)
                 if "version" in gv.report:  # a consolidation report records the version it became
                     gv.report["version"] = gv.version
@@ -274,7 +298,7 @@ class SkillBank:
                 if src is not None:
                     src.backup(dst)
                 else:  # a reader before the writer made the file: snapshot an empty bank
-                    dst.executescript(_SCHEMA)
+                    dst.executescript(SCHEMA)
                 dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
                 dst.commit()
             finally:
@@ -285,24 +309,57 @@ class SkillBank:
         return final
 
     def restore(self, directory: str | os.PathLike) -> None:
-        """Replace the whole bank with the snapshot in ``directory`` (made by :meth:`snapshot`)."""
+        """Replace the whole bank with the snapshot in ``directory`` (made by :meth:`snapshot`).
+
+        The snapshot is checked first (non-empty, ``integrity_check``, schema); a bad one raises
+        :class:`BankError` and the live bank is untouched. The copy is one SQLite transaction (backup API), or,
+        when the live file itself is unreadable, an atomic file replacement.
+        """
         source = Path(directory)
         if source.is_dir():
             source = source / BANK_FILENAME
         if not source.is_file():
             raise FileNotFoundError(f"no skill bank snapshot at {source}: pass the folder given to snapshot()")
+        validate_file(source, what="skill bank snapshot")
         if self.readonly:
             self.close()  # readers just reopen; the writer restores the file itself
             return
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        try:
-            with self._lock:
+        with self._lock:
+            try:
                 conn = self._connect()
-                assert conn is not None
+            except BankError:  # the live bank is damaged: swap the file instead of copying into it
+                self._replace_file(source)
+                conn = self._connect()
+            assert conn is not None
+            src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+            try:
                 src.backup(conn)
                 conn.execute("PRAGMA journal_mode=WAL")
-        finally:
-            src.close()
+            finally:
+                src.close()
+
+    def _replace_file(self, source: Path) -> None:
+        """Put a copy of ``source`` at :attr:`path` atomically (temporary file, fsync, rename)."""
+        self.close()
+        tmp = self.path.with_name(f".{self.path.name}.restore-{os.getpid()}")
+        shutil.copyfile(source, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        for suffix in ("-wal", "-shm"):  # a damaged bank's journal must not be replayed onto the snapshot
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        os.replace(tmp, self.path)
+
+    def check_not_lost(self, history_root: str | os.PathLike) -> None:
+        """Refuse to start a new bank where history exists: this bank was missing or empty when opened, but
+        snapshots of it are under ``history_root`` (a run's checkpoints)."""
+        if not self.created_fresh:
+            return
+        found = snapshots_under(Path(history_root), BANK_FILENAME, exclude=self.path)
+        if found:
+            raise BankError(f"skill bank {self.path} is missing or empty, but {len(found)} snapshot(s) of it exist "
+                            f"under {history_root} (newest: {found[0]}): resume with `skillduet train --resume "
+                            f"RUN_DIR`, or copy that snapshot to {self.path}; to start over, use a new output "
+                            "folder")
 
     def rollback_to(self, step: int) -> None:
         """Forget everything made after ``step`` (for a resume from a checkpoint that has no snapshot)."""
@@ -310,6 +367,11 @@ class SkillBank:
             conn.execute("DELETE FROM candidates WHERE step > ?", (int(step),))
             conn.execute("DELETE FROM global_versions WHERE step > ?", (int(step),))
             conn.execute("DELETE FROM consolidations WHERE step > ?", (int(step),))
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    msg = str(exc).lower()
+    return any(k in msg for k in ("malformed", "not a database", "corrupt", "disk i/o"))
 
 
 def _loads(text: str | None, default: Any) -> Any:

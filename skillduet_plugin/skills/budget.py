@@ -21,7 +21,8 @@ def truncate_lines(text: str, budget: int, tokenizer: Any = None) -> tuple[str, 
     """Keep the longest prefix of whole lines that fits ``budget`` tokens.
 
     Returns ``(text, dropped_lines)``. When even the first line does not fit, it is cut at a word boundary
-    (a single overlong line must not silently erase the whole skill).
+    (a single overlong line must not silently erase the whole skill), and when not even its first word fits,
+    that word is cut to the longest character prefix that does.
     """
     if budget <= 0:
         return "", len(text.splitlines())
@@ -44,5 +45,20 @@ def truncate_lines(text: str, budget: int, tokenizer: Any = None) -> tuple[str, 
             else:
                 hi = mid - 1
         first = " ".join(words[:lo])
+        if not first and words:
+            first = _char_prefix(words[0], budget, tokenizer)
         return first, len(lines) - (1 if first else 0)
     return "\n".join(kept), len(lines) - len(kept)
+
+
+def _char_prefix(word: str, budget: int, tokenizer: Any = None) -> str:
+    """The longest prefix of one word that fits ``budget`` tokens (a word with no spaces counts as one token
+    without a tokenizer)."""
+    lo, hi = 0, len(word)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(word[:mid], tokenizer) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return word[:lo]

@@ -1,13 +1,18 @@
-"""Make untrusted LLM output safe to put in a prompt: parse skill/Global answers, strip control tokens, cap length.
+"""The one text-hygiene boundary: untrusted text (analyzer/synthesizer answers, user files) made safe to store
+and to put in a prompt.
 
-Analyzer and synthesizer answers are model output: they may carry chat-template control tokens, ``<think>``
-blocks, role headers, 100 kB of repetition, or nothing at all. Every skill text goes through
+Analyzer and synthesizer answers are model output: they may carry lone surrogates (a JSON ``\\ud800`` escape),
+NUL bytes, ANSI escape sequences, bidi overrides, chat-template control tokens, ``<think>`` blocks, role
+headers, a 4,000-character "word", 100 kB of repetition, or nothing at all. :func:`clean_text` makes any text
+valid UTF-8 without control or bidi characters and with every word short enough to fit a token budget;
+:func:`strip_control_tokens` (which starts with it) removes chat-template tokens. Every skill text goes through
 :func:`sanitize_skill` before it is stored or inserted; a rejection comes back with a machine-readable reason.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any, Iterable
 
 # Reasons a text is rejected (machine-readable; recorded in ExtractionResult.rejected and consolidation reports).
@@ -18,6 +23,9 @@ REJECT_REPETITIVE = "repetitive"
 REJECT_BACKEND_FAILED = "backend_failed"
 
 MIN_SKILL_CHARS = 12
+#: a longer run of non-space characters is wrapped (a space every MAX_WORD_CHARS characters): a whole-word
+#: token budget can always keep a prefix of it, so a stored skill never renders as an empty section
+MAX_WORD_CHARS = 48
 MIN_DISTINCT_WORD_RATIO = 0.2  # below this share of distinct words (on long texts) a text is degenerate
 
 _THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -40,11 +48,49 @@ _GLOBAL_TAG = re.compile(r"<global>(.*?)(?:</global>|$)", re.DOTALL | re.IGNOREC
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _LETTER = re.compile(r"[A-Za-z]")
+# ANSI/VT escape sequences (CSI "ESC [ ... final", OSC "ESC ] ... BEL|ST", two-byte "ESC x"): removed whole,
+# not just their ESC byte, so no "[31m" residue reaches a prompt.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
+_LINE_BREAKS = re.compile(r"\r\n?|[\u2028\u2029\x0b\x0c\x85]")
+# Removed outright: control characters but newline and tab (C0, DEL, C1), bidi embeddings/overrides/isolates
+# and marks (they reorder what a reader sees), U+FFFD (what a failed decode leaves: no information for a
+# model), the noncharacters U+FFFE/U+FFFF.
+_DROP = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069\ufffd\ufffe\uffff]")
+_LONG_WORD = re.compile(r"\S{%d,}" % (MAX_WORD_CHARS + 1))
+
+
+def _wrap_long_words(text: str, width: int = MAX_WORD_CHARS) -> str:
+    return _LONG_WORD.sub(lambda m: " ".join(m.group(0)[i:i + width] for i in range(0, len(m.group(0)), width)),
+                          text)
+
+
+def clean_text(text: Any) -> str:
+    """Any text (``str``, ``bytes``, None, or anything ``str()``-able) as valid, printable UTF-8.
+
+    Invalid UTF-8 bytes and lone surrogates are dropped (a valid surrogate pair is joined); ANSI escape
+    sequences, control characters other than newline and tab, bidi controls and U+FFFD are removed; other line
+    breaks become ``\\n``; runs of more than :data:`MAX_WORD_CHARS` non-space characters are wrapped. The
+    result always encodes to UTF-8 and is idempotent under ``clean_text``.
+    """
+    if text is None:
+        return ""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        text = str(text)
+    if not text.isascii():
+        # surrogatepass keeps a valid pair as the character it encodes; a lone half becomes U+FFFD (dropped below)
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    text = _ANSI.sub("", text)
+    text = _LINE_BREAKS.sub("\n", text)
+    text = _DROP.sub("", text)
+    return _wrap_long_words(text)
 
 
 def strip_control_tokens(text: str, special_tokens: Iterable[str] = ()) -> str:
-    """Remove ``<think>`` blocks, chat-template control tokens, the tokenizer's special tokens and role-header lines."""
-    text = _THINK_BLOCK.sub(" ", text)
+    """:func:`clean_text`, then remove ``<think>`` blocks, chat-template control tokens, the tokenizer's special
+    tokens and role-header lines."""
+    text = _THINK_BLOCK.sub(" ", clean_text(text))
     for token in sorted({t for t in special_tokens if t}, key=len, reverse=True):
         text = text.replace(token, " ")
     for pattern in _CONTROL_PATTERNS:
@@ -102,7 +148,7 @@ def sanitize_skill(text: str | None, max_chars: int,
     if text is None:
         return None, REJECT_BACKEND_FAILED
     # Cap before the regex work too, so a 100 kB answer costs little; then cap the cleaned text exactly.
-    clean = strip_control_tokens(text[: max_chars * 4], special_tokens)
+    clean = strip_control_tokens(clean_text(text[: max_chars * 4]), special_tokens)
     clean = cap_length(clean, max_chars)
     reason = degenerate_reason(clean)
     if reason is not None:
@@ -115,7 +161,7 @@ def parse_skill_answer(answer: str | None) -> str | None:
     (minus any ``<think>`` block). None when the backend failed."""
     if answer is None:
         return None
-    body = _THINK_BLOCK.sub(" ", answer)
+    body = _THINK_BLOCK.sub(" ", clean_text(answer))
     found = [m.group(1).strip() for m in _SKILL_TAG.finditer(body)]
     found = [f for f in found if f]
     if found:
@@ -131,7 +177,7 @@ def parse_global_answer(answer: str | None) -> list[str] | None:
     """
     if answer is None:
         return None
-    body = _THINK_BLOCK.sub(" ", answer)
+    body = _THINK_BLOCK.sub(" ", clean_text(answer))
     match = _GLOBAL_TAG.search(body)
     region = match.group(1) if match else body
     lines = [line for line in region.splitlines() if line.strip()]

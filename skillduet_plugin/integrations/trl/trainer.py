@@ -155,12 +155,15 @@ class SkillDuetMixin:
                 skill = result.skill_for(traj.traj_id)
                 if skill is None or self._episodes[i].error is not None:
                     continue
-                local_skills[i] = skill
                 ep = self._episodes[i]
-                traj.local_skill_id = skill.skill_id
                 messages = self.lifecycle.teacher_messages(ep.prompt_messages, task=ep.task, scope=ep.scope,
                                                            local_skill=skill, **_pinned(ep.global_version))
-                teacher_prompts[i] = self.chat.prompt_ids(messages)
+                ids = self.chat.prompt_ids(messages)
+                if list(ids) == list(teacher_prompts[i]):  # no Local section rendered: teacher = student
+                    continue
+                local_skills[i] = skill
+                traj.local_skill_id = skill.skill_id
+                teacher_prompts[i] = ids
                 has_skill[i] = 1.0
             if cfg.use_global:
                 self._score(result.skills, trajs)

@@ -56,7 +56,10 @@ def plan_teacher_batch(student_prompts: Sequence[Sequence[int]], responses: Sequ
         # the Global version that was in the rollout prompt, so teacher = student prompt + Local skill
         messages = lifecycle.teacher_messages(traj.prompt_messages, task=traj.task, scope=traj.scope,
                                               local_skill=skill, global_version=traj.global_version)
-        contexts[row] = list(chat.prompt_ids(messages))
+        ids = list(chat.prompt_ids(messages))
+        if ids == contexts[row]:  # the skill rendered to no section: teacher = student would distil nothing
+            continue
+        contexts[row] = ids
         has_skill[row] = True
         skill_ids[row] = skill.skill_id
     return TeacherPlan(contexts=contexts, responses=[list(map(int, r)) for r in responses], has_skill=has_skill,

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from skillduet_plugin.skills.trajectory_io import TRAJECTORY_DIRNAME, load_trajectories
 
-    texts = list(args.skill) + [Path(f).read_text(encoding="utf-8") for f in args.skill_file]
+    texts = list(args.skill) + [Path(f).read_bytes() for f in args.skill_file]  # bytes: sanitize_skill decodes
     if not texts:
         print("skillduet score: give at least one --skill TEXT or --skill-file FILE", file=sys.stderr)
         return 2
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from skillduet_plugin.core.logprobs import response_logprobs
     from skillduet_plugin.skills.bank import BANK_FILENAME
     from skillduet_plugin.skills.lifecycle import SkillLifecycle
-    from skillduet_plugin.skills.sanitize import sanitize_skill
+    from skillduet_plugin.skills.sanitize import sanitize_skill, tokenizer_special_tokens
     from skillduet_plugin.skills.types import Skill
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         t.base_logps = None
     skills = []
     for text in texts:
-        clean, reason = sanitize_skill(text, config.max_skill_chars)
+        clean, reason = sanitize_skill(text, config.max_skill_chars, tokenizer_special_tokens(tokenizer))
         if clean is None:
             print(f"skillduet score: skipping a skill text ({reason}): {text[:60]!r}", file=sys.stderr)
             continue

@@ -64,13 +64,14 @@ def _wrap_long_words(text: str, width: int = MAX_WORD_CHARS) -> str:
                           text)
 
 
-def clean_text(text: Any) -> str:
+def clean_text(text: Any, *, wrap: bool = True) -> str:
     """Any text (``str``, ``bytes``, None, or anything ``str()``-able) as valid, printable UTF-8.
 
     Invalid UTF-8 bytes and lone surrogates are dropped (a valid surrogate pair is joined); ANSI escape
     sequences, control characters other than newline and tab, bidi controls and U+FFFD are removed; other line
-    breaks become ``\\n``; runs of more than :data:`MAX_WORD_CHARS` non-space characters are wrapped. The
-    result always encodes to UTF-8 and is idempotent under ``clean_text``.
+    breaks become ``\\n``; runs of more than :data:`MAX_WORD_CHARS` non-space characters are wrapped (unless
+    ``wrap=False``: data such as observations, which must stay as the policy saw them). The result always
+    encodes to UTF-8 and is idempotent under ``clean_text``.
     """
     if text is None:
         return ""
@@ -84,7 +85,19 @@ def clean_text(text: Any) -> str:
     text = _ANSI.sub("", text)
     text = _LINE_BREAKS.sub("\n", text)
     text = _DROP.sub("", text)
-    return _wrap_long_words(text)
+    return _wrap_long_words(text) if wrap else text
+
+
+def clean_strings(value: Any) -> Any:
+    """``value`` with every string inside it (dicts, lists, tuples) put through ``clean_text(wrap=False)``: for
+    records read from user files (trajectories) before their text reaches a prompt."""
+    if isinstance(value, str):
+        return clean_text(value, wrap=False)
+    if isinstance(value, dict):
+        return {clean_strings(k): clean_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(clean_strings(v) for v in value)
+    return value
 
 
 def strip_control_tokens(text: str, special_tokens: Iterable[str] = ()) -> str:
@@ -142,7 +155,7 @@ def degenerate_reason(text: str) -> str | None:
     return None
 
 
-def sanitize_skill(text: str | None, max_chars: int,
+def sanitize_skill(text: str | bytes | None, max_chars: int,
                    special_tokens: Iterable[str] = ()) -> tuple[str | None, str | None]:
     """Clean one skill text: ``(clean_text, None)`` when usable, ``(None, reason)`` otherwise."""
     if text is None:

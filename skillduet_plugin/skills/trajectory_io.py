@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from skillduet_plugin.skills.sanitize import clean_strings
 from skillduet_plugin.skills.types import Trajectory
 
 TRAJECTORY_DIRNAME = "trajectories"
@@ -44,10 +45,11 @@ def load_trajectories(paths: Sequence[str | os.PathLike]) -> list[Trajectory]:
             raise FileNotFoundError(f"no trajectory file or folder at {p}")
     out = []
     for f in files:
-        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+        # A user file: invalid bytes and JSON-escaped surrogates or control characters must not reach a prompt.
+        for n, line in enumerate(f.read_bytes().decode("utf-8", errors="replace").splitlines(), 1):
             if line.strip():
                 try:
-                    out.append(Trajectory.from_dict(json.loads(line)))
+                    out.append(Trajectory.from_dict(clean_strings(json.loads(line))))
                 except (TypeError, ValueError) as exc:
                     raise ValueError(f"{f}:{n}: not a Trajectory record ({exc})") from exc
     return out

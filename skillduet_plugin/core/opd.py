@@ -38,6 +38,30 @@ def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,
     return gate * (t - s), gate
 
 
+def opd_numerator(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+    """The sum that :func:`aggregate` divides: ``sum(M*x)`` for ``token-mean``, else the sum of per-sequence
+    values (token mean or token sum) over sequences. Split batches add these up before one division."""
+    if agg not in OPD_AGGREGATIONS:
+        raise ValueError(f"agg={agg!r} is invalid: allowed values are {', '.join(OPD_AGGREGATIONS)}")
+    m = mask.to(per_token.dtype)
+    if agg == "token-mean":
+        return (per_token * m).sum()
+    seq_tokens = m.sum(dim=-1)
+    seq_sum = (per_token * m).sum(dim=-1)
+    per_seq = seq_sum / seq_tokens.clamp_min(1.0) if agg == "seq-mean-token-mean" else seq_sum
+    return (per_seq * (seq_tokens > 0).to(per_token.dtype)).sum()
+
+
+def opd_denominator(mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+    """What :func:`aggregate` divides by: supervised tokens (``token-mean``) or sequences with at least one
+    supervised token (the ``seq-mean-*`` modes), as a float32 scalar. Summed over micro-batches and ranks it
+    gives the one denominator of Eq. 1 over a whole batch."""
+    if agg not in OPD_AGGREGATIONS:
+        raise ValueError(f"agg={agg!r} is invalid: allowed values are {', '.join(OPD_AGGREGATIONS)}")
+    m = mask.float()
+    return m.sum() if agg == "token-mean" else (m.sum(dim=-1) > 0).float().sum()
+
+
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
     """Aggregate a ``(batch, response_len)`` loss matrix over the valid tokens in ``mask``.
 
@@ -45,16 +69,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mea
     sequences with at least one valid token; ``seq-mean-token-sum`` averages each sequence's token sum.
     An empty mask gives 0 (with a graph, so ``backward`` still works), never NaN.
     """
-    if agg not in OPD_AGGREGATIONS:
-        raise ValueError(f"agg={agg!r} is invalid: allowed values are {', '.join(OPD_AGGREGATIONS)}")
-    m = mask.to(per_token.dtype)
-    if agg == "token-mean":
-        return (per_token * m).sum() / m.sum().clamp_min(1.0)
-    seq_tokens = m.sum(dim=-1)
-    has_tokens = (seq_tokens > 0).to(per_token.dtype)
-    seq_sum = (per_token * m).sum(dim=-1)
-    per_seq = seq_sum / seq_tokens.clamp_min(1.0) if agg == "seq-mean-token-mean" else seq_sum
-    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp_min(1.0)
+    return opd_numerator(per_token, mask, agg) / opd_denominator(mask, agg).to(per_token.dtype).clamp_min(1.0)
 
 
 def opd_loss(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: torch.Tensor,

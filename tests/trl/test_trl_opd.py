@@ -49,13 +49,16 @@ def _grads(model, loss):
     return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
 
 
-def _reference_opd(trainer, inputs):
-    """Independent OPD: own teacher/student forwards, own mask from the episodes, own gate and mean."""
+def _reference_opd(trainer, inputs, rows=None):
+    """Independent OPD: own teacher/student forwards, own mask from the episodes, own gate and mean (over the
+    batch rows ``rows``, default all)."""
     model, chat = trainer.model, ChatTokenizer(trainer.processing_class)
     rollout = trainer.last_rollout
     width = inputs["completion_ids"].shape[1]
     s_rows, t_rows, m_rows = [], [], []
     for i, ep in enumerate(rollout["episodes"]):
+        if rows is not None and i not in rows:
+            continue
         completion = ep.tokens.completion_ids
         s = _plain_logps(model, ep.tokens.prompt_ids, completion, trainer.args.temperature)
         skill = rollout["local_skills"][i]
@@ -179,3 +182,77 @@ def test_invalid_actions_are_penalised_as_configured(make_trainer):
     expected = sum(2.0 * e.reward - 0.25 * e.invalid_actions for e in eps) / len(eps)
     assert sum(e.invalid_actions for e in eps) > 0
     assert trainer._metrics["train"]["rewards/env_reward/mean"][-1] == pytest.approx(expected)
+
+
+def _split_batch(trainer, drop_rows):
+    """One 4-row generation batch in which the rows in ``drop_rows`` have no Local skill."""
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    extract = trainer.lifecycle.extract
+
+    def partial(trajs, step):
+        result = extract(trajs, step)
+        for i in drop_rows:
+            result.assignment.pop(trajs[i].traj_id, None)
+        return result
+
+    trainer.lifecycle.extract = partial
+    torch.manual_seed(3)
+    inputs = trainer._generate_and_score_completions(group_rows(trainer, 3))
+    inputs["advantages"] = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    return inputs
+
+
+def _opd_grads_of_slices(trainer, slices):
+    """Sum over ``slices`` of the gradient of (adapter loss - TRL loss), i.e. of lambda * the OPD term."""
+    total = None
+    for part in slices:
+        plain = {k: v for k, v in part.items() if not k.startswith("opd_")}
+        g_full = _grads(trainer.model, trainer._compute_loss(trainer.model, part))
+        g_grpo = _grads(trainer.model, GRPOTrainer._compute_loss(trainer, trainer.model, plain))
+        diff = [a - b for a, b in zip(g_full, g_grpo)]
+        total = diff if total is None else [t + d for t, d in zip(total, diff)]
+    return total
+
+
+def _assert_close_grads(got, want):
+    scale = max(g.abs().max().item() for g in want)
+    assert scale > 1e-4
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=2e-5 * max(1.0, scale), rtol=1e-3)
+
+
+def test_opd_is_eq1_over_the_generation_batch_under_gradient_accumulation(make_trainer):
+    """Two micro-batches with very different supervised counts: the summed OPD gradient is the gradient of Eq. 1
+    over the whole batch (not the mean of the two micro-batch means, which differs when the counts differ)."""
+    from trl.trainer.utils import split_tensor_dict
+
+    trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False})
+    inputs = _split_batch(trainer, drop_rows=[3])  # rows 0, 1 | 2, 3: two supervised rows against one
+    ref_loss, _, ref_m = _reference_opd(trainer, inputs)
+    halves = split_tensor_dict(inputs, 2)
+    counts = [float(h["opd_mask"].sum()) for h in halves]
+    assert counts[0] > 1.5 * counts[1] > 0
+    assert float(inputs["opd_num_items"]) == float(ref_m.sum())
+    trainer.current_gradient_accumulation_steps = 2
+    trainer.args.steps_per_generation = 2
+    got = _opd_grads_of_slices(trainer, halves)
+    _assert_close_grads(got, _grads(trainer.model, ref_loss))
+
+    # negative control: the old per-micro-batch normalisation (mean of the two micro-batch means) differs
+    old = sum(_reference_opd(trainer, inputs, rows=rows)[0] for rows in ([0, 1], [2, 3])) / 2
+    assert abs(old.item() - ref_loss.item()) > 0.1 * abs(ref_loss.item())
+
+
+def test_opd_is_eq1_over_the_batch_across_data_parallel_ranks(make_trainer, monkeypatch):
+    """Two simulated ranks (each holding half the batch, DDP averaging their gradients) give Eq. 1 over the
+    union: each rank divides by the global supervised count over the number of ranks."""
+    from trl.trainer.utils import split_tensor_dict
+
+    trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False})
+    inputs = _split_batch(trainer, drop_rows=[3])
+    ref_loss, _, _ = _reference_opd(trainer, inputs)
+    monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
+    ranks = split_tensor_dict(inputs, 2)  # opd_num_items is the all-ranks total, as gathered in training
+    summed = _opd_grads_of_slices(trainer, ranks)
+    _assert_close_grads([g / 2 for g in summed], _grads(trainer.model, ref_loss))  # DDP: mean over ranks

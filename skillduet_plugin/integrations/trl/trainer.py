@@ -7,7 +7,8 @@ A thin mixin over TRL's private hooks (the pattern TRL's own GRPO subclasses use
   log-probs of each trajectory under its Local skill, and score the new skills with the rollout weights.
 - ``_get_per_token_logps_and_entropies``: capture the student log-probs of TRL's own loss forward, so the OPD
   term needs no second student forward.
-- ``_compute_loss``: TRL's loss plus ``opd_coef * L_OPD``, scaled for gradient accumulation like TRL's.
+- ``_compute_loss``: TRL's loss plus ``opd_coef * L_OPD``, with L_OPD Eq. 1 over the whole generation batch
+  (its supervised-token count summed over micro-batches and ranks, as TRL counts tokens for its own loss).
 
 All method logic lives in ``core/`` and ``skills/``; this module only moves tensors and calls the lifecycle.
 """
@@ -22,7 +23,7 @@ import torch
 from trl import GRPOTrainer
 
 from skillduet_plugin.core.logprobs import response_logprobs
-from skillduet_plugin.core.opd import opd_loss
+from skillduet_plugin.core.opd import opd_denominator, opd_loss, opd_numerator, opd_per_token
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback, SNAPSHOT_DIRNAME
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
@@ -174,6 +175,10 @@ class SkillDuetMixin:
             if "tool_mask" in output:
                 mask = mask * output["tool_mask"].float()
             output["opd_mask"] = mask * has_skill[:, None]
+            # Eq. 1's denominator over the whole generation batch: every slice and every rank (0-dim, so TRL
+            # hands it unsplit to each micro-batch, as it does num_items_in_batch).
+            output["opd_num_items"] = self.accelerator.gather(
+                opd_denominator(output["opd_mask"], cfg.opd_agg).reshape(1)).sum()
             tp_ids, tp_mask = _left_pad(teacher_prompts, self.chat.pad_token_id, device)
             if self.args.teacher_at == "loss":
                 output["opd_teacher_prompt_ids"], output["opd_teacher_prompt_mask"] = tp_ids, tp_mask
@@ -311,13 +316,28 @@ class SkillDuetMixin:
         if student is None:
             raise RuntimeError("the student log-probs of TRL's loss forward were not captured: "
                                "GRPOTrainer._compute_loss no longer calls _get_per_token_logps_and_entropies")
-        opd, stats = opd_loss(student, teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
-        # TRL's loss is already divided for gradient accumulation; the OPD term (a per-micro-batch mean) gets
-        # the same treatment, as TRL's own entropy bonus does.
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        _, stats = opd_loss(student.detach(), teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
         for key, value in stats.items():
             self._metrics[mode][key].append(value)
-        return loss + cfg.opd_coef * opd.to(loss.dtype) / normalizer
+        return loss + cfg.opd_coef * self._opd_term(student, teacher, inputs, mode).to(loss.dtype)
+
+    def _opd_term(self, student: torch.Tensor, teacher: torch.Tensor, inputs: dict[str, Any],
+                  mode: str) -> torch.Tensor:
+        """This micro-batch's share of Eq. 1 over the whole generation batch.
+
+        Normalised the way TRL normalises its own token-level loss (``dapo``): by the generation batch's
+        supervised count summed over slices and ranks, rescaled to one accumulation window. Summed over the
+        micro-batches of an optimizer step and averaged over ranks (DDP), the gradient is exactly that of
+        Eq. 1 over the batch, however the batch is split.
+        """
+        cfg = self.skillduet
+        per_token, _ = opd_per_token(student, teacher, cfg.gate_beta)
+        numerator = opd_numerator(per_token, inputs["opd_mask"], cfg.opd_agg)
+        total = inputs["opd_num_items"].to(numerator.device, numerator.dtype).clamp_min(1.0)
+        normalizer = total / self.accelerator.num_processes
+        if mode == "train":  # an eval batch is neither split across steps nor accumulated
+            normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        return numerator / normalizer
 
     # ------------------------------------------------------------------ skill bank across steps and checkpoints
     def skillduet_end_step(self, step: int) -> None:

@@ -25,7 +25,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from skillduet_plugin.integrations.verl import TRAINER_NAME
 from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested, non_tensor_list, skillduet_record,
                                                       tensor_rows, trajectory_advantages)
-from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn
+from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
+                                                     opd_token_weights)
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
@@ -163,7 +164,7 @@ class SkillDuetTrainer(PPOTrainerSync):
             values = self._logprob_fn([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
             for i, value in zip(rows, values):
                 teacher[i] = value
-        opd_mask = [m.to(torch.float32) * float(ok) for m, ok in zip(masks, plan.has_skill)]
+        opd_mask = opd_token_weights(masks, plan.has_skill)  # Eq. 1 over the whole batch (loss.py)
         metrics["skillduet/opd_trajectory_ratio"] = plan.num_supervised / max(1, len(self._trajectories))
         fields = TensorDict({TEACHER_LOGPROBS_KEY: nested(teacher), OPD_MASK_KEY: nested(opd_mask)},
                             batch_size=len(teacher))

@@ -1,4 +1,5 @@
-"""``skillduet train [CONFIG] [key=value ...] [--output-dir DIR]``: one SkillDuet training run on TRL.
+"""``skillduet train [CONFIG] [key=value ...] [--output-dir DIR] [--resume RUN_DIR]``: one SkillDuet training run
+on TRL, or the continuation of a stopped one.
 
 With no arguments it runs the CPU demo: the tiny model, warm-started by behaviour cloning on generated ALFWorld
 games, then SkillDuet RL with the offline analyzer and a consolidation every 3 steps, with success measured on a
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dotted key=value overrides, e.g. steps=12 env=webshop skillduet.keep_ratio=0.25")
     parser.add_argument("--output-dir", default=None, help="run directory (default: runs/<timestamp>-<name>)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help="continue a stopped run from its last checkpoint, with the skill bank of that step "
+                             "(its config.yaml is used; key=value overrides still apply)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +32,16 @@ def run(args: argparse.Namespace) -> int:
     config_path, overrides = args.config, list(args.overrides)
     if config_path is not None and "=" in config_path:  # `skillduet train steps=3`: no file, only overrides
         config_path, overrides = None, [config_path] + overrides
+    resume = getattr(args, "resume", None)
     try:
+        if resume is not None:
+            from skillduet_plugin.runs.trl_runner import resume_point
+
+            if config_path is not None:
+                raise ConfigError(f"--resume reads {resume}/config.yaml: drop the config file {config_path!r} "
+                                  "(key=value overrides still apply)")
+            resume_point(resume)  # a run folder with a complete checkpoint, before any work
+            config_path, args.output_dir = str(Path(resume) / "config.yaml"), str(resume)
         config = load_run_config(config_path, overrides, output_dir=args.output_dir)
     except ConfigError as err:
         print(f"skillduet train: {err}", file=sys.stderr)
@@ -39,6 +53,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from skillduet_plugin.runs.trl_runner import run_training
 
-    run_dir = run_training(config)
+    run_dir = run_training(config, resume=resume)
     print(run_dir, flush=True)
     return 0

@@ -7,6 +7,7 @@ Every artefact lands in the run directory; the function returns its path (the CL
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -16,7 +17,8 @@ from typing import Any, Callable
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
 from skillduet_plugin.runs.environment import env_kwargs, make_env
 from skillduet_plugin.runs.recorder import RunRecorder
-from skillduet_plugin.runs.rundir import MetricsWriter, RunDir, cache_dir, resolve_model, write_json
+from skillduet_plugin.runs.rundir import (CONFIG_FILE, MetricsWriter, RunDir, cache_dir, read_metrics, resolve_model,
+                                          write_json)
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
                "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
@@ -133,14 +135,51 @@ def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run
     return results
 
 
-def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None) -> Path:
-    """Run one training run end to end; returns the run directory."""
+def resume_point(run_dir: str | os.PathLike) -> Path:
+    """The last complete checkpoint of a run directory (one with its skill-bank snapshot), or a ConfigError
+    naming the folder and the fix. Checked before any work starts."""
+    from skillduet_plugin.config import ConfigError
+    from skillduet_plugin.integrations.trl.callback import SNAPSHOT_DIRNAME
+
+    run = Path(run_dir).expanduser()
+    if not (run / CONFIG_FILE).is_file():
+        raise ConfigError(f"--resume {str(run_dir)!r} is invalid: it holds no {CONFIG_FILE}; pass the run directory "
+                          "printed by `skillduet train`")
+    checkpoints = sorted((p for p in (run / "checkpoints").glob("checkpoint-*")
+                          if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+                          and (p / SNAPSHOT_DIRNAME / "skill_bank.sqlite").is_file()),
+                         key=lambda p: int(p.name.split("-")[-1]))
+    if not checkpoints:
+        raise ConfigError(f"--resume {str(run_dir)!r}: no complete checkpoint under {run / 'checkpoints'} (the "
+                          "run stopped before its first save; save_steps sets how often it saves): start it again")
+    return checkpoints[-1]
+
+
+def _keep_metrics_until(path: Path, step: int) -> None:
+    """Drop the records of steps after ``step`` (made by the stopped run after its last checkpoint)."""
+    if not path.is_file():
+        return
+    kept = [r for r in read_metrics(path) if int(r.get("step", 0) or 0) <= step and r.get("event") != "summary"]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+
+
+def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
+                 resume: str | os.PathLike | None = None) -> Path:
+    """Run one training run end to end; returns the run directory. ``resume``: a stopped run's directory,
+    continued from its last checkpoint (model, optimizer, RNG, and the skill bank of that step)."""
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     import torch
 
-    run = RunDir.create(config.output_dir, config.name)
-    dump_yaml(config.resolved_dict(), run.config)
+    checkpoint = resume_point(resume) if resume is not None else None
+    if checkpoint is not None:
+        run = RunDir.open(resume)
+        _keep_metrics_until(run.metrics, int(checkpoint.name.split("-")[-1]))
+    else:
+        run = RunDir.create(config.output_dir, config.name)
+        dump_yaml(config.resolved_dict(), run.config)
     log_file = run.log.open("a")
 
     def say(msg: str) -> None:
@@ -173,7 +212,9 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None)
         say(f"{config.env}: {len(train_ids)} training tasks ({config.train_split}), panel of {len(tasks_panel)} "
             f"({config.panel}); method {config.method}")
         before = None
-        if config.eval_before:
+        if checkpoint is not None and (run.eval_dir / "before.json").is_file():
+            before = json.loads((run.eval_dir / "before.json").read_text())  # measured before the stop
+        elif config.eval_before:
             before = measure(model, tokenizer, config, tasks_panel, run, label="before", conditions=("none",),
                              log=say)
         timings["time/eval_before_s"] = time.time() - t0
@@ -182,8 +223,10 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None)
         trainer = _trainer(config, run, model, tokenizer, train_ids)
         recorder = RunRecorder(trainer, writer, config, say)
         trainer.add_callback(recorder)
+        if checkpoint is not None:
+            say(f"resuming from {checkpoint} (model, optimizer, RNG and the skill bank of that step)")
         with _quiet_trainer_progress(trainer):
-            trainer.train()
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
         recorder.close()
         timings["time/train_s"] = time.time() - t0
         trainer.save_model(str(run.final_model))

@@ -2,7 +2,8 @@
 
 Each request's last message content is a key; ``scripts[key]`` lists what the server does on the key's 1st,
 2nd, ... attempt (the last entry repeats): ``ok``, ``500``, ``503``, ``429``, ``400``, ``hang``, ``drop``,
-``malformed``, ``empty``, ``nochoices``, ``think``, ``slow``.
+``malformed``, ``empty``, ``nochoices``, ``think``, ``slow``, ``garbage`` (non-JSON bytes), ``surrogate`` (a
+skill with a JSON-escaped lone surrogate), ``huge`` (a 4 MB answer). Keys without a script follow ``default``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ class FaultServer(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, scripts: dict[str, list[str]] | None = None, *, hang_s: float = 2.0,
-                 slow_s: float = 0.2) -> None:
+                 slow_s: float = 0.2, default: list[str] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.scripts = dict(scripts or {})
+        self.default = list(default or ["ok"])
         self.hang_s, self.slow_s = hang_s, slow_s
         self.attempts: dict[str, int] = {}
         self.bodies: list[dict] = []
@@ -46,7 +48,7 @@ class FaultServer(ThreadingHTTPServer):
         with self.lock:
             n = self.attempts.get(key, 0)
             self.attempts[key] = n + 1
-        script = self.scripts.get(key, ["ok"])
+        script = self.scripts.get(key, self.default)
         return script[min(n, len(script) - 1)]
 
     def handle_error(self, request, client_address) -> None:  # a client that timed out closed its socket
@@ -89,13 +91,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.close()
             return
-        content = {"ok": f"reply to {key}", "empty": "", "think": "<think>draft</think>\n<skill>\nx\n</skill>"}
+        content = {"ok": f"reply to {key}", "empty": "", "think": "<think>draft</think>\n<skill>\nx\n</skill>",
+                   "surrogate": "<skill>Open the fridge \ud800 before you cool the apple.</skill>\n<global>\n"
+                                "- Cool the apple \udcff in the fridge first.\n</global>",
+                   "huge": "<skill>" + " ".join(f"step{i}" for i in range(600_000)) + "</skill>"}
         if behaviour in content:
             payload = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant",
                                                                         "content": content[behaviour]}}]})
             self._send(200, payload)
         elif behaviour == "nochoices":
             self._send(200, json.dumps({"object": "chat.completion", "choices": []}))
+        elif behaviour == "garbage":
+            self._send_bytes(200, b"\x00\xff\xfe not json \x1b[31m")
         elif behaviour == "malformed":
             self._send(200, '{"choices": [{"message": {"content": "trunc')
         elif behaviour.isdigit():
@@ -104,7 +111,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise ValueError(f"unknown behaviour {behaviour!r}")
 
     def _send(self, status: int, text: str) -> None:
-        data = text.encode()
+        self._send_bytes(status, text.encode())
+
+    def _send_bytes(self, status: int, data: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -135,7 +135,9 @@ def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch,
         n = len(responses[row])
         expected = -0.001 * torch.arange(len(ctx), len(ctx) + n, dtype=torch.float32)
         assert torch.allclose(teacher[row], expected)  # the teacher pass on the skill-augmented context
-        assert torch.equal(opd_mask[row], masks[row].float())
+        # OPD token weights: N_response / N_supervised of the whole batch, so the engine loss is Eq. 1 over it
+        scale = sum(float(m.sum()) for m in masks) / float(masks[0].sum() + masks[2].sum())
+        assert torch.allclose(opd_mask[row], masks[row].float() * scale)
     for row in (1, 3):
         assert torch.count_nonzero(opd_mask[row]) == 0 and torch.count_nonzero(teacher[row]) == 0
     assert metrics["skillduet/local_skills"] == 2 and metrics["skillduet/opd_trajectory_ratio"] == 2 / 3

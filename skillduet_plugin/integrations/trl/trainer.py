@@ -381,6 +381,9 @@ class SkillDuetMixin:
             checkpoint = get_last_checkpoint(self.args.output_dir)
         if checkpoint:
             self.skillduet_restore(checkpoint)
+        elif self.accelerator.is_main_process and hasattr(getattr(self.lifecycle, "bank", None), "check_not_lost"):
+            # a lost bank next to the checkpoints of its history is an error, not a fresh start
+            self.lifecycle.bank.check_not_lost(self.args.output_dir)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
 

@@ -69,7 +69,10 @@ class SkillBank:
         self.created_fresh = not self.path.exists() or self.path.stat().st_size == 0
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._connect()
+            try:
+                self._connect()
+            except BankError:
+                pass  # a damaged file: every use raises the named error, and restore() can still replace it
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> sqlite3.Connection | None:
@@ -351,7 +354,10 @@ class SkillBank:
 
     def check_not_lost(self, history_root: str | os.PathLike) -> None:
         """Refuse to start a new bank where history exists: this bank was missing or empty when opened, but
-        snapshots of it are under ``history_root`` (a run's checkpoints)."""
+        snapshots of it are under ``history_root`` (a run's checkpoints). A damaged bank raises its error here,
+        before any work, too."""
+        if not self.readonly:
+            self._connect()
         if not self.created_fresh:
             return
         found = snapshots_under(Path(history_root), BANK_FILENAME, exclude=self.path)

@@ -9,6 +9,7 @@ bank) -> ``end_step`` (every ``consolidation_interval`` steps: a new Global vers
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
 
 SINGLE_SCOPE = "all"
+#: bank meta key holding the lifecycle's metric counters as of the last snapshot
+STATE_META_KEY = "lifecycle_state"
 
 
 def resolve_scope(kind: str, *, task_type: str, task_id: str) -> str:
@@ -85,6 +88,7 @@ class SkillLifecycle:
         self._counters = {"analyzer_failures": 0, "synthesizer_failures": 0, "rejected": 0, "local_extracted": 0,
                           "skipped_validation": 0, "consolidations": 0}
         self._last: dict[str, float] = {}
+        self._failure_offset: dict[str, float] = {}
 
     # ------------------------------------------------------------------ backends (built lazily)
     @property
@@ -280,13 +284,35 @@ class SkillLifecycle:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self, directory: str | Path) -> Path:
-        """Write the bank as of now into ``directory`` (atomically); returns the snapshot file."""
+        """Write the bank as of now into ``directory`` (atomically), with this object's metric counters, so a
+        resume reports the same numbers as an uninterrupted run; returns the snapshot file."""
+        if self.write:
+            self.bank.set_meta(STATE_META_KEY, json.dumps(self._state(), sort_keys=True))
         return self.bank.snapshot(directory)
 
     def restore(self, directory: str | Path) -> None:
-        """Make the bank exactly the snapshot in ``directory`` (readers just reopen the bank)."""
+        """Make the bank exactly the snapshot in ``directory`` (readers just reopen the bank), and the metric
+        counters those of the snapshot's step."""
         self.bank.restore(directory)
         self.reload()
+        saved = self.bank.get_meta(STATE_META_KEY)
+        if saved:
+            state = json.loads(saved)
+            self._counters.update(state.get("counters", {}))
+            self._last = dict(state.get("last", {}))
+            live = self._backend_failures()
+            self._failure_offset = {k: v - live.get(k, 0.0) for k, v in state.get("backend_failures", {}).items()}
+
+    def _state(self) -> dict[str, Any]:
+        return {"counters": self._counters, "last": self._last, "backend_failures": self._backend_failures()}
+
+    def _backend_failures(self) -> dict[str, float]:
+        """Failures counted by the backends built so far (plus those before a restore)."""
+        out = dict(self._failure_offset)
+        for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
+            if backend is not None and hasattr(backend, "failures"):
+                out[name] = out.get(name, 0.0) + float(backend.failures)
+        return out
 
     # ------------------------------------------------------------------ metrics
     def global_summary(self) -> dict[str, float]:
@@ -309,9 +335,8 @@ class SkillLifecycle:
         summary = self.global_summary()
         out.update({"skills/global_scopes": summary["scopes"], "skills/global_items": summary["items"],
                     "skills/global_tokens": summary["tokens"]})
-        for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
-            if backend is not None and hasattr(backend, "failures"):
-                out[f"skills/{name}_backend_failures"] = float(backend.failures)
+        for name, failures in self._backend_failures().items():
+            out[f"skills/{name}_backend_failures"] = failures
         return out
 
     def close(self) -> None:

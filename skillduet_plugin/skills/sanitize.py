@@ -23,6 +23,9 @@ REJECT_REPETITIVE = "repetitive"
 REJECT_BACKEND_FAILED = "backend_failed"
 
 MIN_SKILL_CHARS = 12
+#: an answer is cut to this many characters before any parsing: a skill or a Global is a few thousand
+#: characters, and a server sending megabytes must cost milliseconds, not seconds
+MAX_ANSWER_CHARS = 100_000
 #: a longer run of non-space characters is wrapped (a space every MAX_WORD_CHARS characters): a whole-word
 #: token budget can always keep a prefix of it, so a stored skill never renders as an empty section
 MAX_WORD_CHARS = 48
@@ -174,7 +177,7 @@ def parse_skill_answer(answer: str | None) -> str | None:
     (minus any ``<think>`` block). None when the backend failed."""
     if answer is None:
         return None
-    body = _THINK_BLOCK.sub(" ", clean_text(answer))
+    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS]))
     found = [m.group(1).strip() for m in _SKILL_TAG.finditer(body)]
     found = [f for f in found if f]
     if found:
@@ -190,7 +193,7 @@ def parse_global_answer(answer: str | None) -> list[str] | None:
     """
     if answer is None:
         return None
-    body = _THINK_BLOCK.sub(" ", clean_text(answer))
+    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS]))
     match = _GLOBAL_TAG.search(body)
     region = match.group(1) if match else body
     lines = [line for line in region.splitlines() if line.strip()]

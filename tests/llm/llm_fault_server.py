@@ -14,6 +14,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+_HUGE = "<skill>" + " ".join(f"step{i}" for i in range(600_000)) + "</skill>"  # about 6.6 MB
+
+
 class FaultServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -93,8 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         content = {"ok": f"reply to {key}", "empty": "", "think": "<think>draft</think>\n<skill>\nx\n</skill>",
                    "surrogate": "<skill>Open the fridge \ud800 before you cool the apple.</skill>\n<global>\n"
-                                "- Cool the apple \udcff in the fridge first.\n</global>",
-                   "huge": "<skill>" + " ".join(f"step{i}" for i in range(600_000)) + "</skill>"}
+                                "- Cool the apple \udcff in the fridge first.\n</global>"}
+        if behaviour == "huge":
+            content["huge"] = _HUGE
         if behaviour in content:
             payload = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant",
                                                                         "content": content[behaviour]}}]})

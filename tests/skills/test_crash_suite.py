@@ -52,13 +52,14 @@ def _logprob_fn(contexts, responses):
     return [torch.full((len(r),), -1.0 + 0.001 * len(c)) for c, r in zip(contexts, responses)]
 
 
-def _workload(root: str, tokenizer, phase, step_value) -> None:
-    """The child: run steps from the last consolidated one onwards until killed (or 400 steps)."""
+def _workload(root: str, tokenizer, phase, step_value, steps: int = 400) -> None:
+    """The child: run ``steps`` steps from the last consolidated one onwards (or until killed)."""
     lc = SkillLifecycle(SkillDuetConfig(consolidation_interval=1, skill_token_budget=120), Path(root) / BANK_FILENAME,
                         tokenizer=tokenizer, analyzer=FakeBackend(), synthesizer=FakeBackend(), similarity=None)
     chat = ChatTokenizer(tokenizer)
     step = (lc.bank.last_consolidation_step() or 0) + 1
-    while step < 400:
+    stop = step + steps
+    while step < stop:
         step_value.value = step
         trajs = _trajectories(chat, step)
         phase.value = 0
@@ -132,7 +133,13 @@ def test_sigkill_through_the_lifecycle_never_corrupts_the_bank(tmp_path, tiny_to
     elapsed = time.perf_counter() - t0
     assert sum(kills.values()) >= 20 and all(kills[p] >= 2 for p in PHASES), kills
     assert last["consolidations"] >= 5  # the runs made progress between kills
-    # the bank restores from its newest snapshot and a fresh writer continues on it
+    # a last, uninterrupted run continues on the bank; it restores from its newest snapshot
+    phase, step = ctx.Value("i", -1), ctx.Value("i", 0)
+    child = ctx.Process(target=_workload, args=(str(tmp_path), tiny_tokenizer, phase, step, 2))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    assert check_bank(tmp_path)["consolidations"] == last["consolidations"] + 2
     bank = SkillBank(tmp_path / BANK_FILENAME)
     newest = max((p.parent for p in (tmp_path / "snapshots").glob(f"step-*/{BANK_FILENAME}")),
                  key=lambda p: int(p.name.split("-")[1]))

@@ -125,7 +125,7 @@ def test_an_older_schema_is_migrated_in_place(tmp_path, monkeypatch):
     monkeypatch.setattr(bank_files, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(bank_module, "SCHEMA_VERSION", 3)
     with pytest.raises(BankError, match="schema version 2 and no migration to 3"):
-        SkillBank(path)
+        SkillBank(path).candidates()
 
 
 def test_a_lost_bank_next_to_its_snapshots_is_an_error(tmp_path):

@@ -16,7 +16,7 @@ pytest.importorskip("trl")
 pytest.importorskip("alfworld")
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 4
+STEPS = 3
 # Keys that measure time, not training.
 VOLATILE = ("time/", "step_time", "runtime", "per_second", "elapsed")
 
@@ -77,12 +77,12 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(games, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "skillduet_plugin.cli", "train", *_args(games),
                              "--output-dir", str(broken)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    marker = broken / "checkpoints" / "checkpoint-2" / "skillduet" / "skill_bank.sqlite"
+    marker = broken / "checkpoints" / "checkpoint-1" / "skillduet" / "skill_bank.sqlite"
     deadline = time.monotonic() + 600
     while not marker.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be killed"
-    time.sleep(0.3)  # into step 3: rollout / extraction / update
+    time.sleep(0.3)  # into step 2: rollout / extraction / update
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL

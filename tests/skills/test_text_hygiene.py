@@ -13,7 +13,7 @@ from skillduet_plugin.rollout.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.inject import LOCAL_HEADER, skill_section
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
-from skillduet_plugin.skills.sanitize import MAX_WORD_CHARS, clean_text, sanitize_skill
+from skillduet_plugin.skills.sanitize import sanitize_skill
 from skillduet_plugin.skills.trajectory_io import load_trajectories
 from skillduet_plugin.skills.types import Skill
 
@@ -95,10 +95,13 @@ def test_control_bidi_ansi_and_replacement_characters_never_reach_bank_or_prompt
 def test_a_4000_character_word_still_yields_a_teacher_section(tmp_path, tiny_tokenizer):
     # Issue 13 case 2: the word was stored but the teacher section came out empty.
     word = "".join(f"opencabinet{i}" for i in range(300))[:4000]  # 4,000 characters, no space
-    text, reason = sanitize_skill(f"Try {word} now", 4000)
-    assert reason is None and max(len(w) for w in text.split()) <= MAX_WORD_CHARS
+    text, reason = sanitize_skill(word, 4000)
+    assert reason is None
     section = skill_section(LOCAL_HEADER, text, 16, tiny_tokenizer)
-    assert section.startswith(LOCAL_HEADER) and len(section) > len(LOCAL_HEADER) + 1
+    assert section.startswith(LOCAL_HEADER + "\nopencabinet0")
+    from skillduet_plugin.skills.sanitize import MAX_WORD_CHARS
+
+    assert max(len(w) for w in text.split()) <= MAX_WORD_CHARS  # wrapped when stored
     # even a bank row written before the fix (one unbroken word) renders: cut by characters to the budget
     section = skill_section(LOCAL_HEADER, word, 16, tiny_tokenizer)
     assert section.startswith(LOCAL_HEADER + "\nopencabinet")
@@ -123,6 +126,8 @@ def test_a_skill_that_renders_to_no_section_is_not_supervised(tiny_tokenizer, tm
 
 
 def test_clean_text_contract():
+    from skillduet_plugin.skills.sanitize import clean_text
+
     assert clean_text(b"ok \xff\xfe bytes") == "ok  bytes"
     assert clean_text("pair \ud83d\ude00 kept") == "pair \U0001F600 kept"  # a valid surrogate pair is joined
     assert clean_text("a\tb\nc\r\nd\u2028e") == "a\tb\nc\nd\ne"

@@ -18,7 +18,7 @@ from skillduet_plugin.config import SkillDuetConfig  # noqa: E402
 from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.skills.bank import BANK_FILENAME  # noqa: E402
 from skillduet_plugin.skills.lifecycle import SkillLifecycle  # noqa: E402
-from skillduet_plugin.skills.sanitize import clean_text, sanitize_skill  # noqa: E402
+from skillduet_plugin.skills.sanitize import sanitize_skill  # noqa: E402
 
 from skills_fakes import FakeBackend, make_traj  # noqa: E402
 
@@ -34,6 +34,8 @@ TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(ANY_CHAR, max_size
 @given(TEXT)
 @settings(max_examples=200, deadline=None)
 def test_clean_text_is_printable_utf8_and_idempotent(text):
+    from skillduet_plugin.skills.sanitize import clean_text
+
     out = clean_text(text)
     out.encode("utf-8")
     assert not any(ch in out for ch in "\x00\x1b\u202e\u2067\ufffd\r\x85")

@@ -233,11 +233,11 @@ def test_opd_is_eq1_over_the_generation_batch_under_gradient_accumulation(make_t
     halves = split_tensor_dict(inputs, 2)
     counts = [float(h["opd_mask"].sum()) for h in halves]
     assert counts[0] > 1.5 * counts[1] > 0
-    assert float(inputs["opd_num_items"]) == float(ref_m.sum())
     trainer.current_gradient_accumulation_steps = 2
     trainer.args.steps_per_generation = 2
     got = _opd_grads_of_slices(trainer, halves)
     _assert_close_grads(got, _grads(trainer.model, ref_loss))
+    assert float(inputs["opd_num_items"]) == float(ref_m.sum())
 
     # negative control: the old per-micro-batch normalisation (mean of the two micro-batch means) differs
     old = sum(_reference_opd(trainer, inputs, rows=rows)[0] for rows in ([0, 1], [2, 3])) / 2

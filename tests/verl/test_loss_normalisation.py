@@ -11,8 +11,7 @@ pytest.importorskip("verl")
 from tensordict import TensorDict  # noqa: E402
 
 from skillduet_plugin.integrations.verl.batch import nested  # noqa: E402
-from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY,  # noqa: E402
-                                                     opd_token_weights, skillduet_ppo_loss)
+from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, skillduet_ppo_loss  # noqa: E402,E501
 
 # (prompt_len, response_len, supervised): 18 supervised tokens in the first two rows, 48 in the last two
 ROWS = [(3, 10, True), (2, 8, True), (4, 24, True), (3, 24, True), (2, 6, False)]
@@ -74,6 +73,8 @@ def _eq1(rows):
 def _opd_grads(rows, splits, *, dp_size):
     """Sum over micro-batches (and ranks, averaged as DDP does) of the gradient of (total - ppo)."""
     from verl.workers.utils.losses import ppo_loss
+
+    from skillduet_plugin.integrations.verl.loss import opd_token_weights
 
     weights = opd_token_weights([torch.ones(r) for _, r, _ in ROWS], [ok for *_, ok in ROWS])
     n_tokens = sum(r for _, r, _ in ROWS)

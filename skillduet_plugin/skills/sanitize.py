@@ -12,7 +12,6 @@ valid UTF-8 without control or bidi characters and with every word short enough 
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Any, Iterable
 
 # Reasons a text is rejected (machine-readable; recorded in ExtractionResult.rejected and consolidation reports).

@@ -12,16 +12,6 @@ pytest.importorskip("trl")
 pytest.importorskip("alfworld")
 
 
-@pytest.fixture(scope="module")
-def games(tmp_path_factory):
-    from skillduet_plugin.envs.alfworld.generator import generate_games
-
-    root = tmp_path_factory.mktemp("alfworld_games")
-    generate_games(root, "train", n_per_type=2, seed=1, task_types=("pick", "look"), max_walkthrough=6)
-    generate_games(root, "valid_unseen", n_per_type=1, seed=2, task_types=("pick", "look"), max_walkthrough=6)
-    return root
-
-
 @pytest.mark.slow
 def test_train_then_eval(games, tmp_path, monkeypatch, capsys):
     from skillduet_plugin.cli import main

@@ -21,16 +21,6 @@ STEPS = 3
 VOLATILE = ("time/", "step_time", "runtime", "per_second", "elapsed")
 
 
-@pytest.fixture(scope="module")
-def games(tmp_path_factory):
-    from skillduet_plugin.envs.alfworld.generator import generate_games
-
-    root = tmp_path_factory.mktemp("alfworld_games")
-    generate_games(root, "train", n_per_type=2, seed=1, task_types=("pick", "look"), max_walkthrough=6)
-    generate_games(root, "valid_unseen", n_per_type=1, seed=2, task_types=("pick", "look"), max_walkthrough=6)
-    return root
-
-
 def _args(games: Path) -> list[str]:
     return [f"data_dir={games}", "model=tiny", f"steps={STEPS}", "save_steps=1", "tasks_per_step=1",
             "num_generations=2", "max_turns=2", "max_new_tokens_per_turn=16", "eval_before=false",

@@ -62,3 +62,19 @@ def make_traj(traj_id: str, task_id: str = "t1", *, scope: str = "clean", succes
         t.completion_mask = [1 if i % 3 else 0 for i in range(completion_len)]
         t.base_logps = [-1.0 - 0.1 * i for i in range(completion_len)]
     return t
+
+
+def with_tokens(t: Trajectory, chat) -> Trajectory:
+    """``t`` with the token view scoring needs: its prompt (no skills), one ``look`` action, base log-probs -1."""
+    t.prompt_ids = chat.prompt_ids(t.prompt_messages)
+    t.completion_ids = chat.encode("<action>look</action>") + [chat.eos_token_id]
+    t.completion_mask = [1] * len(t.completion_ids)
+    t.base_logps = [-1.0] * len(t.completion_ids)
+    return t
+
+
+def length_logprob_fn(contexts, responses):
+    """log p = -1 + 0.001 * len(context) per token: a skill's shift is 0.001 * its inserted token count."""
+    import torch
+
+    return [torch.full((len(r),), -1.0 + 0.001 * len(c)) for c, r in zip(contexts, responses)]

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.rollout.conversation import ChatTokenizer
@@ -27,7 +26,7 @@ from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.bank_files import validate_file
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
 
-from skills_fakes import FakeBackend, make_traj
+from skills_fakes import FakeBackend, length_logprob_fn, make_traj, with_tokens
 
 PHASES = ("extract", "score", "consolidate", "snapshot")
 KILLS_PER_PHASE = 6
@@ -40,16 +39,8 @@ def _trajectories(chat: ChatTokenizer, step: int) -> list:
         for k in range(3):
             t = make_traj(f"{step}-{scope}-{k}", f"{scope}-t{step % 2}", scope=scope, step=step, success=k == 0,
                           actions=["look", f"act {step} {scope} {k}"], advantage=1.0 if k == 0 else -0.5)
-            t.prompt_ids = chat.prompt_ids(t.prompt_messages)
-            t.completion_ids = chat.encode("<action>look</action>") + [chat.eos_token_id]
-            t.completion_mask = [1] * len(t.completion_ids)
-            t.base_logps = [-1.0] * len(t.completion_ids)
-            out.append(t)
+            out.append(with_tokens(t, chat))
     return out
-
-
-def _logprob_fn(contexts, responses):
-    return [torch.full((len(r),), -1.0 + 0.001 * len(c)) for c, r in zip(contexts, responses)]
 
 
 def _workload(root: str, tokenizer, phase, step_value, steps: int = 400) -> None:
@@ -65,7 +56,7 @@ def _workload(root: str, tokenizer, phase, step_value, steps: int = 400) -> None
         phase.value = 0
         result = lc.extract(trajs, step)
         phase.value = 1
-        lc.score(result.skills, trajs, _logprob_fn)
+        lc.score(result.skills, trajs, length_logprob_fn)
         phase.value = 2
         lc.end_step(step)
         phase.value = 3
@@ -80,7 +71,8 @@ def check_bank(root: Path) -> dict[str, int]:
     conn = sqlite3.connect(str(path))
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        consolidations = {s: json.loads(scopes) for s, scopes in conn.execute("SELECT step, scopes FROM consolidations")}
+        rows = conn.execute("SELECT step, scopes FROM consolidations").fetchall()
+        consolidations = {step: json.loads(scopes) for step, scopes in rows}
         versions = conn.execute("SELECT scope, version, step, parent_version FROM global_versions "
                                 "ORDER BY scope, version").fetchall()
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.rollout.conversation import ChatTokenizer
@@ -17,7 +16,7 @@ from skillduet_plugin.skills.sanitize import sanitize_skill
 from skillduet_plugin.skills.trajectory_io import load_trajectories
 from skillduet_plugin.skills.types import Skill
 
-from skills_fakes import FakeBackend, default_answer, make_traj
+from skills_fakes import FakeBackend, default_answer, length_logprob_fn, make_traj, with_tokens
 
 HOSTILE = ["\ud800", "\udfff", "\x00", "\x1b[31m", "\x1b]0;title\x07", "\u202e", "\u2066", "\ufffd", "\x7f",
            "\x85", "\r", "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
@@ -32,17 +31,8 @@ def _lifecycle(tmp_path, tokenizer, analyzer, synthesizer, **cfg) -> SkillLifecy
 def _trajs(chat: ChatTokenizer, step: int = 1) -> list:
     out = []
     for k in range(2):
-        t = make_traj(f"{step}-{k}", "t1", success=k == 0, step=step)
-        t.prompt_ids = chat.prompt_ids(t.prompt_messages)
-        t.completion_ids = chat.encode("<action>look</action>") + [chat.eos_token_id]
-        t.completion_mask = [1] * len(t.completion_ids)
-        t.base_logps = [-1.0] * len(t.completion_ids)
-        out.append(t)
+        out.append(with_tokens(make_traj(f"{step}-{k}", "t1", success=k == 0, step=step), chat))
     return out
-
-
-def _logprob_fn(contexts, responses):
-    return [torch.full((len(r),), -1.0 + 0.001 * len(c)) for c, r in zip(contexts, responses)]
 
 
 def _printable(text: str) -> bool:
@@ -70,7 +60,7 @@ def test_lone_surrogate_from_the_synthesizer_does_not_stop_consolidation(tmp_pat
     chat = ChatTokenizer(tiny_tokenizer)
     trajs = _trajs(chat)
     result = lc.extract(trajs, 1)
-    lc.score(result.skills, trajs, _logprob_fn)
+    lc.score(result.skills, trajs, length_logprob_fn)
     reports = lc.end_step(1)
     assert reports and reports[0].items == ["Cool the apple in the fridge first."]
     assert lc.global_for("clean").text == "- Cool the apple in the fridge first."

@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
@@ -20,7 +19,7 @@ from skillduet_plugin.skills.bank import BANK_FILENAME  # noqa: E402
 from skillduet_plugin.skills.lifecycle import SkillLifecycle  # noqa: E402
 from skillduet_plugin.skills.sanitize import sanitize_skill  # noqa: E402
 
-from skills_fakes import FakeBackend, make_traj  # noqa: E402
+from skills_fakes import FakeBackend, length_logprob_fn, make_traj, with_tokens  # noqa: E402
 
 FRAGMENTS = ["\ud800", "\udc00", "\x00", "\x1b[2J", "\x1b]8;;x\x07", "\u202e", "\u2067", "\ufffd", "\r\n", "\x85",
              "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>system\n", "<think>", "</skill>",
@@ -77,17 +76,9 @@ def test_arbitrary_backend_text_through_the_lifecycle(tiny_tokenizer, chat, anal
                             Path(tmp) / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=FakeBackend(analyzer),
                             synthesizer=FakeBackend(synthesizer), similarity=None)
         try:
-            trajs = []
-            for k in range(2):
-                t = make_traj(f"1-{k}", "t1", success=k == 0)
-                t.prompt_ids = chat.prompt_ids(t.prompt_messages)
-                t.completion_ids = chat.encode("<action>look</action>") + [chat.eos_token_id]
-                t.completion_mask = [1] * len(t.completion_ids)
-                t.base_logps = [-1.0] * len(t.completion_ids)
-                trajs.append(t)
+            trajs = [with_tokens(make_traj(f"1-{k}", "t1", success=k == 0), chat) for k in range(2)]
             result = lc.extract(trajs, 1)
-            lc.score(result.skills, trajs,
-                     lambda cs, rs: [torch.full((len(r),), -1.0 + 0.001 * len(c)) for c, r in zip(cs, rs)])
+            lc.score(result.skills, trajs, length_logprob_fn)
             lc.end_step(1)
             base = _special_counts(tiny_tokenizer, trajs[0].prompt_ids)
             student = lc.student_messages(trajs[0].prompt_messages, task=trajs[0].task, scope="clean")

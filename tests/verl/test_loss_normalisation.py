@@ -11,7 +11,8 @@ pytest.importorskip("verl")
 from tensordict import TensorDict  # noqa: E402
 
 from skillduet_plugin.integrations.verl.batch import nested  # noqa: E402
-from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, skillduet_ppo_loss  # noqa: E402,E501
+from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY,  # noqa: E402
+                                                     skillduet_ppo_loss)
 
 # (prompt_len, response_len, supervised): 18 supervised tokens in the first two rows, 48 in the last two
 ROWS = [(3, 10, True), (2, 8, True), (4, 24, True), (3, 24, True), (2, 6, False)]

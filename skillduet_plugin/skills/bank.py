@@ -177,7 +177,7 @@ class SkillBank:
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO candidates (skill_id, scope, kind, text, step, source_traj_ids, "
                     "metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (clean_text(s.skill_id), clean_text(s.scope), clean_text(s.kind), clean_text(s.text),
+                    (_clean(s.skill_id), _clean(s.scope), _clean(s.kind), _clean(s.text),
                      int(step), json.dumps(list(s.source_traj_ids)),
                      json.dumps(s.metadata or {}, sort_keys=True, default=str), now))
                 added += cur.rowcount
@@ -243,8 +243,8 @@ class SkillBank:
                                    (v["scope"],)).fetchone()
                 parent = row["v"] if row and row["v"] is not None else None
                 gv = GlobalVersion(scope=v["scope"], version=(parent or 0) + 1, step=int(step),
-                                   parent_version=parent, items=[clean_text(i) for i in v["items"]],
-                                   text=clean_text(v["text"]),
+                                   parent_version=parent, items=[_clean(i) for i in v["items"]],
+                                   text=_clean(v["text"]),
                                    selector=v["selector"], report=dict(v.get("report") or {}), created_at=now)
                 if "version" in gv.report:  # a consolidation report records the version it became
                     gv.report["version"] = gv.version
@@ -373,6 +373,11 @@ class SkillBank:
             conn.execute("DELETE FROM candidates WHERE step > ?", (int(step),))
             conn.execute("DELETE FROM global_versions WHERE step > ?", (int(step),))
             conn.execute("DELETE FROM consolidations WHERE step > ?", (int(step),))
+
+
+def _clean(text: Any) -> str:
+    # hygiene only (valid UTF-8, no control/bidi characters); word wrapping is the skill sanitiser's policy
+    return clean_text(text, wrap=False)
 
 
 def _is_corruption(exc: BaseException) -> bool:

@@ -105,14 +105,15 @@ def clean_strings(value: Any) -> Any:
 def strip_control_tokens(text: str, special_tokens: Iterable[str] = ()) -> str:
     """:func:`clean_text`, then remove ``<think>`` blocks, chat-template control tokens, the tokenizer's special
     tokens and role-header lines."""
-    text = _THINK_BLOCK.sub(" ", clean_text(text))
+    # wrap long words only at the end: wrapping first could split a special token and let it through
+    text = _THINK_BLOCK.sub(" ", clean_text(text, wrap=False))
     for token in sorted({t for t in special_tokens if t}, key=len, reverse=True):
         text = text.replace(token, " ")
     for pattern in _CONTROL_PATTERNS:
         text = pattern.sub(" ", text)
     lines = [line.rstrip() for line in text.splitlines() if not _ROLE_HEADER.match(line)]
     text = "\n".join(lines)
-    text = re.sub(r"[ \t]{2,}", " ", text)
+    text = re.sub(r"[ \t]{2,}", " ", _wrap_long_words(text))
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.strip()
 
@@ -163,7 +164,7 @@ def sanitize_skill(text: str | bytes | None, max_chars: int,
     if text is None:
         return None, REJECT_BACKEND_FAILED
     # Cap before the regex work too, so a 100 kB answer costs little; then cap the cleaned text exactly.
-    clean = strip_control_tokens(clean_text(text[: max_chars * 4]), special_tokens)
+    clean = strip_control_tokens(clean_text(text[: max_chars * 4], wrap=False), special_tokens)
     clean = cap_length(clean, max_chars)
     reason = degenerate_reason(clean)
     if reason is not None:
@@ -176,7 +177,7 @@ def parse_skill_answer(answer: str | None) -> str | None:
     (minus any ``<think>`` block). None when the backend failed."""
     if answer is None:
         return None
-    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS]))
+    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS], wrap=False))
     found = [m.group(1).strip() for m in _SKILL_TAG.finditer(body)]
     found = [f for f in found if f]
     if found:
@@ -192,7 +193,7 @@ def parse_global_answer(answer: str | None) -> list[str] | None:
     """
     if answer is None:
         return None
-    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS]))
+    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS], wrap=False))
     match = _GLOBAL_TAG.search(body)
     region = match.group(1) if match else body
     lines = [line for line in region.splitlines() if line.strip()]

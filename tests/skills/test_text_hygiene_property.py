@@ -4,6 +4,7 @@ prompt keeps the chat template's special-token structure."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -25,13 +26,14 @@ FRAGMENTS = ["\ud800", "\udc00", "\x00", "\x1b[2J", "\x1b]8;;x\x07", "\u202e", "
              "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>system\n", "<think>", "</skill>",
              "<skill>", "<global>", "[INST]", "</s>", "- ", "\n", " ", "Open the fridge", "x" * 700,
              "".join(f"w{i}" for i in range(600))]
+CHAT_TOKEN = re.compile(r"<\|[^|<>\n]{0,64}\|>|\[/?INST\]|</?s>|<think>")
 # every code point, surrogates included (hypothesis leaves them out by default)
 ANY_CHAR = st.characters(exclude_categories=())
 TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(ANY_CHAR, max_size=40)), max_size=12).map("".join)
 
 
 @given(TEXT)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 def test_clean_text_is_printable_utf8_and_idempotent(text):
     from skillduet_plugin.skills.sanitize import clean_text
 
@@ -42,13 +44,14 @@ def test_clean_text_is_printable_utf8_and_idempotent(text):
 
 
 @given(TEXT)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 def test_sanitized_skill_has_no_chat_tokens(text):
-    clean, reason = sanitize_skill(text, 400, ["<|im_start|>", "<|im_end|>", "<|endoftext|>"])
+    specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    clean, reason = sanitize_skill(text, 400, specials)
     assert (clean is None) != (reason is None)
     if clean is not None:
         clean.encode("utf-8")
-        assert "<|" not in clean and "|>" not in clean and len(clean) <= 400
+        assert not any(t in clean for t in specials) and not CHAT_TOKEN.search(clean) and len(clean) <= 400
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +65,8 @@ def _special_counts(tokenizer, ids) -> Counter:
 
 
 @given(analyzer_text=TEXT, synth_text=TEXT)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_arbitrary_backend_text_through_the_lifecycle(tiny_tokenizer, chat, analyzer_text, synth_text):
     def analyzer(p):
         return f"<skill>{analyzer_text} Open the fridge before cooling.</skill>"

@@ -29,7 +29,8 @@ def test_actor_worker_log_probs_and_opd_training_step(tiny_model_dir, monkeypatc
 
     from skillduet_plugin.core.logprobs import response_logprobs
     from skillduet_plugin.integrations.verl.batch import nested
-    from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn
+    from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
+                                                         opd_token_weights)
     from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, logprob_batch
     from skillduet_plugin.main_ppo import compose
 
@@ -71,13 +72,14 @@ def test_actor_worker_log_probs_and_opd_training_step(tiny_model_dir, monkeypatc
         td["old_log_probs"] = nested(before)
         td["advantages"] = nested([torch.zeros(len(r)) for r in responses])
         td[TEACHER_LOGPROBS_KEY] = nested([x + 1.0 for x in before])
-        td[OPD_MASK_KEY] = nested([torch.full((len(r),), float(i % 2 == 0)) for i, r in enumerate(responses)])
+        # the trainer's OPD token weights (N_response / N_supervised on rows 0 and 2): Eq. 1 over the batch
+        td[OPD_MASK_KEY] = nested(opd_token_weights([torch.ones(len(r)) for r in responses],
+                                                    [i % 2 == 0 for i in range(len(responses))]))
         tu.assign_non_tensor(td, global_batch_size=4, mini_batch_size=4, epochs=1, seed=1,
                              dataloader_kwargs={"shuffle": False}, calculate_entropy=False)
         out = wg.update_actor(td)
         metrics = tu.get(out, "metrics")
-        n_opd, n_all = 3 + 3, sum(len(r) for r in responses)
-        expected = 0.5 / (1 + math.exp(-5)) * n_opd / n_all
+        expected = 0.5 / (1 + math.exp(-5))  # lambda * Eq. 1: t - s = 1 on every supervised token
         assert sum(metrics["loss"]) == pytest.approx(expected, rel=1e-4)
         assert sum(metrics["actor/pg_loss"]) == pytest.approx(0.0, abs=1e-7)
         assert sum(metrics["skillduet/opd_loss"]) == pytest.approx(expected / 0.5, rel=1e-4)

@@ -1,71 +1,23 @@
 """Lockstep multi-turn episode collection for a batch of tasks, with no trainer framework involved.
 
-All episodes of a batch advance together: one batched generation (or, in choose mode, one choice among the
-admissible actions, see ``rollout.choice``) per turn for the episodes still running, one batched environment
-step, then the environment's reply is appended as masked tokens. The result holds
+All episodes of a batch advance together through the episode engine (``rollout.engine``): one batched generation
+(or, in choose mode, one choice among the admissible actions, see ``rollout.choice``) per turn for the episodes
+still running, one batched environment step, then each episode's state appends the environment's reply as masked
+tokens. The TRL trainer and the evaluation play through here. The result holds
 everything both adapters and the skill lifecycle need: the skill-free first prompt (for teacher and scoring
 contexts), the prompt the policy saw (with the Global), the token view with its mask, and the per-turn record.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
-from skillduet_plugin.skills.types import Trajectory
-
-
-@dataclass
-class Generation:
-    """One sampled continuation: the new token ids (ending in eos if the model produced it) and, if the
-    generator computed them, the sampling log-probs of those tokens."""
-
-    token_ids: list[int]
-    logps: list[float] | None = None
-
+from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.rollout.engine import (ACTION_SELECTIONS, Episode, EpisodeEngine, Generation, StudentFn,
+                                             to_trajectory)
 
 # generate_fn(contexts, max_new_tokens) -> one Generation per context, in order
 GenerateFn = Callable[[list[list[int]], int], list[Generation]]
-
-
-@dataclass
-class Episode:
-    """One finished episode of the policy in a text environment.
-
-    ``prompt_messages`` is the first prompt without any skill text; ``student_messages`` is what the policy
-    actually saw (with the Global when a lifecycle was given); ``messages`` is the whole conversation from
-    the student's view. ``observations[0]`` is the first observation and ``observations[i + 1]`` the one the
-    environment returned for ``actions[i]``. ``valid[i]`` says whether ``actions[i]`` was parsed as an
-    admissible action. ``reward`` is the sum of the environment's step rewards.
-    """
-
-    task_id: str
-    scope: str
-    task: str
-    group_index: int
-    prompt_messages: list[dict[str, str]]
-    student_messages: list[dict[str, str]]
-    messages: list[dict[str, str]]
-    tokens: EpisodeTokens
-    actions: list[str] = field(default_factory=list)
-    responses: list[str] = field(default_factory=list)
-    observations: list[str] = field(default_factory=list)
-    valid: list[bool] = field(default_factory=list)
-    reward: float = 0.0
-    won: bool = False
-    score: float = 0.0
-    num_turns: int = 0
-    truncated: bool = False
-    error: str | None = None
-    global_version: int | None = None
-    env_name: str = ""
-    has_logps: bool = False
-
-    @property
-    def invalid_actions(self) -> int:
-        """Number of turns whose response did not parse to an admissible action."""
-        return sum(1 for ok in self.valid if not ok)
 
 
 def hf_generate_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0, top_p: float = 1.0,
@@ -129,6 +81,11 @@ def _uses_global(lifecycle: Any) -> bool:
     return bool(getattr(getattr(lifecycle, "config", None), "use_global", True))
 
 
+def _scope_setting(lifecycle: Any) -> str:
+    """The lifecycle's ``config.scope`` (``task_type`` without a lifecycle or a config)."""
+    return str(getattr(getattr(lifecycle, "config", None), "scope", None) or "task_type")
+
+
 def _group_indices(task_ids: Sequence[str]) -> list[int]:
     seen: dict[str, int] = {}
     result = []
@@ -138,7 +95,16 @@ def _group_indices(task_ids: Sequence[str]) -> list[int]:
     return result
 
 
-ACTION_SELECTIONS = ("generate", "choose")
+def lifecycle_student_fn(lifecycle: Any) -> StudentFn | None:
+    """The :data:`StudentFn` of a ``SkillLifecycle``-like object (``student_messages`` and ``global_for``), or
+    None when there is none or it runs without the Global."""
+    if lifecycle is None or not _uses_global(lifecycle):
+        return None
+
+    def student(prompt: list[dict[str, str]], task: str, scope: str) -> tuple[list[dict[str, str]], int | None]:
+        return lifecycle.student_messages(prompt, task=task, scope=scope), lifecycle.global_for(scope).version
+
+    return student
 
 
 def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_fn: GenerateFn | None = None,
@@ -159,7 +125,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             ``step(episode_ids, actions) -> list[StepResult]``, episode ids being positions in ``task_ids``.
         generate_fn: batched sampler, see :data:`GenerateFn` (used when ``action_selection="generate"``).
         chat: tokenises prompts and environment turns.
-        lifecycle: a ``SkillLifecycle``; when given, episodes get its scope key (``lifecycle.scope_for``) and,
+        lifecycle: a ``SkillLifecycle``; when given, episodes get the scope key of its ``config.scope`` and,
             unless its config has ``use_global=False``, the Global of that scope in the first prompt
             (``student_messages``). None: no skills, scope = the task type.
         max_turns: policy turns per episode at most.
@@ -178,191 +144,50 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             recorded as policy tokens (mask 1) exactly as a generated turn would be. Candidates longer than
             the turn's token cap are left out; an episode with none left ends ``truncated``.
 
-    An episode ends when the environment says done, after ``max_turns`` turns, when the next turn no longer
-    fits the token budget (``truncated``), or when its worker fails (``error``). A policy turn cut by
-    ``max_new_tokens`` gets an eos appended with mask 0, so every assistant turn is closed in the sequence.
+    Each episode is an :class:`~skillduet_plugin.rollout.engine.EpisodeState` (budgets, masks, stopping rules:
+    see ``rollout.engine``); this function only batches the generations and the environment steps. An episode
+    also ends when its worker fails (``error``).
     """
-    if max_turns < 1:
-        raise ValueError(f"max_turns={max_turns!r} must be >= 1")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be >= 1")
-    if action_selection not in ACTION_SELECTIONS:
-        raise ValueError(f"action_selection={action_selection!r} is invalid: allowed values are "
-                         f"{', '.join(ACTION_SELECTIONS)}")
-    choosing = action_selection == "choose"
-    if choosing and choose_fn is None:
+    engine = EpisodeEngine(env_name, chat, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                           max_total_tokens=max_total_tokens, max_completion_tokens=max_completion_tokens,
+                           scope=_scope_setting(lifecycle), system_prompt=system_prompt,
+                           initial_messages_fn=initial_messages_fn, turn_message_fn=turn_message_fn,
+                           project_action_fn=project_action_fn, action_selection=action_selection,
+                           action_response_fn=action_response_fn)
+    if engine.choosing and choose_fn is None:
         raise ValueError("action_selection='choose' needs choose_fn (e.g. rollout.choice.hf_choice_fn(model, chat))")
-    if not choosing and generate_fn is None:
+    if not engine.choosing and generate_fn is None:
         raise ValueError("action_selection='generate' needs generate_fn (e.g. hf_generate_fn(model, chat))")
-    if choosing and action_response_fn is None:
-        from skillduet_plugin.rollout.choice import action_response as action_response_fn
-    if initial_messages_fn is None or turn_message_fn is None:
-        from skillduet_plugin.envs import prompts as _prompts
-
-        initial_messages_fn = initial_messages_fn or _prompts.initial_messages
-        turn_message_fn = turn_message_fn or _prompts.turn_message
-    if project_action_fn is None:
-        from skillduet_plugin.envs.projection import project_action as project_action_fn
-
     task_ids = [str(t) for t in task_ids]
-    groups = _group_indices(task_ids)
     resets = pool.reset(task_ids)
     if len(resets) != len(task_ids):
         raise RuntimeError(f"pool.reset returned {len(resets)} results for {len(task_ids)} tasks")
-
-    episodes: list[Episode] = []
-    admissible: list[list[str]] = []
-    for i, (tid, res) in enumerate(zip(task_ids, resets)):
-        info = dict(res.info or {})
-        task = str(info.get("task", ""))
-        scope = str(info.get("task_type", "unknown"))
-        if lifecycle is not None and hasattr(lifecycle, "scope_for"):
-            scope = lifecycle.scope_for(task_type=scope, task_id=tid)  # config.scope: task type, task or single
-        adm = list(info.get("admissible_actions") or [])
-        obs = "" if res.obs is None else str(res.obs)
-        prompt_messages = initial_messages_fn(env_name, task=task, observation=obs, admissible_actions=adm,
-                                              system_prompt=system_prompt)
-        student = prompt_messages
-        version = None
-        if lifecycle is not None and res.error is None and _uses_global(lifecycle):
-            student = lifecycle.student_messages(prompt_messages, task=task, scope=scope)
-            version = lifecycle.global_for(scope).version
-        tokens = EpisodeTokens(prompt_ids=chat.prompt_ids(student))
-        ep = Episode(task_id=tid, scope=scope, task=task, group_index=groups[i],
-                     prompt_messages=[dict(m) for m in prompt_messages],
-                     student_messages=[dict(m) for m in student], messages=[dict(m) for m in student],
-                     tokens=tokens, observations=[obs], global_version=version, env_name=env_name)
-        if res.error is not None:
-            ep.error = str(res.error)
-        episodes.append(ep)
-        admissible.append(adm)
-
-    def budget_left(ep: Episode) -> int:
-        left = max_total_tokens - len(ep.tokens)
-        if max_completion_tokens is not None:
-            left = min(left, max_completion_tokens - len(ep.tokens.completion_ids))
-        return left
-
-    active = [i for i, ep in enumerate(episodes) if ep.error is None]
-    for i in list(active):
-        if budget_left(episodes[i]) < 2:  # one generated token plus a closing eos
-            episodes[i].truncated = True
-            active.remove(i)
-
-    while active:
-        if choosing:
-            # A candidate ends in its own eos, so it may use the whole remaining budget.
-            caps = {i: min(max_new_tokens, budget_left(episodes[i])) for i in active}
-            candidates = _candidates(active, admissible, caps, chat, action_response_fn, env_name)
-            for i in [i for i in active if not candidates[i]]:
-                episodes[i].truncated = True
-            active = [i for i in active if candidates[i]]
-            if not active:
-                break
-            gens = choose_fn([episodes[i].tokens.context_ids for i in active], [candidates[i] for i in active])
+    student_fn = lifecycle_student_fn(lifecycle)
+    states = [engine.start(tid, res.obs, res.info, error=None if res.error is None else str(res.error),
+                           group_index=g, student_fn=student_fn)
+              for tid, res, g in zip(task_ids, resets, _group_indices(task_ids))]
+    while True:
+        pending = [(i, req) for i, req in ((i, s.next_request()) for i, s in enumerate(states)) if req is not None]
+        if not pending:
+            break
+        active = [i for i, _ in pending]
+        contexts = [req.context_ids for _, req in pending]
+        if engine.choosing:
+            gens = choose_fn(contexts, [req.candidates for _, req in pending])  # type: ignore[misc]
         else:
-            # Each episode gets its own cap so the whole batch never overshoots its budget.
-            caps = {i: min(max_new_tokens, budget_left(episodes[i]) - 1) for i in active}
-            width = max(caps.values())
-            gens = generate_fn([episodes[i].tokens.context_ids for i in active], width)
+            # Each episode's own cap is applied by its state, so the batch never overshoots a budget.
+            gens = generate_fn(contexts, max(req.max_new_tokens for _, req in pending))  # type: ignore[misc]
         if len(gens) != len(active):
             raise RuntimeError(f"generate_fn returned {len(gens)} generations for {len(active)} contexts")
-        actions: list[str] = []
-        for i, gen in zip(active, gens):
-            ep = episodes[i]
-            ids = list(gen.token_ids)[:caps[i]]
-            logps = list(gen.logps)[:caps[i]] if gen.logps is not None else None
-            ep.has_logps = logps is not None
-            ep.tokens.add_policy(ids, logps)
-            if not ids or ids[-1] != chat.eos_token_id:
-                ep.tokens.add_env([chat.eos_token_id])
-            # Special tokens such as <action> may be registered as "special": drop only eos/pad, keep the rest.
-            text = chat.tokenizer.decode([t for t in ids if t not in (chat.eos_token_id, chat.pad_token_id)],
-                                         skip_special_tokens=False)
-            action, valid = project_action_fn(env_name, text, admissible[i])
-            ep.responses.append(text)
-            ep.messages.append({"role": "assistant", "content": text})
-            ep.actions.append(action)
-            ep.valid.append(bool(valid))
-            ep.num_turns += 1
-            actions.append(action)
+        actions = [states[i].on_generation(gen) for i, gen in zip(active, gens)]
         results = pool.step(list(active), actions)
         if len(results) != len(active):
             raise RuntimeError(f"pool.step returned {len(results)} results for {len(active)} episodes")
-        still: list[int] = []
         for i, res in zip(active, results):
-            ep = episodes[i]
-            info = dict(res.info or {})
-            ep.reward += float(res.reward or 0.0)
-            ep.won = bool(info.get("won", ep.won))
-            ep.score = float(info.get("score", ep.score) or 0.0)
-            obs = "" if res.obs is None else str(res.obs)
-            ep.observations.append(obs)
-            if res.error is not None:
-                ep.error = str(res.error)
-                continue
-            if res.done:
-                continue
-            if ep.num_turns >= max_turns:
-                ep.truncated = True
-                continue
-            admissible[i] = list(info.get("admissible_actions") or [])
-            content = turn_message_fn(env_name, observation=obs, admissible_actions=admissible[i],
-                                      step=ep.num_turns + 1)  # 1-based number of the next decision
-            turn = chat.turn_ids(content)
-            if budget_left(ep) - len(turn) < 2:
-                ep.truncated = True
-                continue
-            ep.tokens.add_env(turn)
-            ep.messages.append({"role": "user", "content": content})
-            still.append(i)
-        active = still
-    return episodes
+            states[i].on_step(res.obs, res.reward, res.done, res.info,
+                              error=None if res.error is None else str(res.error))
+    return [s.episode for s in states]
 
 
-def _candidates(active: list[int], admissible: list[list[str]], caps: dict[int, int], chat: ChatTokenizer,
-                response_fn: Callable[[str], str], env_name: str) -> dict[int, list[list[int]]]:
-    """Per active episode, the token ids (response + eos) of every admissible action that fits its cap."""
-    result: dict[int, list[list[int]]] = {}
-    for i in active:
-        if not admissible[i]:
-            raise ValueError(f"action_selection='choose' needs the environment's admissible actions, but "
-                             f"{env_name!r} gave none for episode {i}: use action_selection='generate'")
-        cands = [chat.encode(response_fn(a)) + [chat.eos_token_id] for a in dict.fromkeys(admissible[i])]
-        result[i] = [c for c in cands if len(c) <= caps[i]]
-    return result
-
-
-def to_trajectory(episode: Episode, *, step: int, traj_id: str, split: str = "train", advantage: float = 0.0,
-                  base_logps: Sequence[float] | None = None) -> Trajectory:
-    """The skill lifecycle's view of an episode.
-
-    ``base_logps`` (one per completion token, log p under the rollout weights with the student prompt) falls
-    back to the generator's own log-probs when it returned them. ``metadata`` carries what the analyzer reads
-    (``skills.render``): ``actions`` and ``observations`` one per turn (the action, then the observation the
-    environment returned for it), ``env``, plus ``initial_observation``, ``valid`` and episode bookkeeping.
-    """
-    tokens = episode.tokens
-    if base_logps is None and episode.has_logps:
-        base_logps = tokens.completion_logps
-    if base_logps is not None and len(base_logps) != len(tokens.completion_ids):
-        raise ValueError(f"base_logps has {len(base_logps)} values for {len(tokens.completion_ids)} completion "
-                         f"tokens of episode {traj_id}")
-    return Trajectory(
-        traj_id=traj_id, task_id=episode.task_id, scope=episode.scope, task=episode.task,
-        messages=[dict(m) for m in episode.messages], prompt_messages=[dict(m) for m in episode.prompt_messages],
-        responses=list(episode.responses), reward=float(episode.reward), success=bool(episode.won),
-        advantage=float(advantage), split=split, step=int(step), prompt_ids=list(tokens.prompt_ids),
-        completion_ids=list(tokens.completion_ids), completion_mask=list(tokens.completion_mask),
-        base_logps=[float(x) for x in base_logps] if base_logps is not None else None,
-        global_version=episode.global_version,
-        metadata={"actions": list(episode.actions), "observations": list(episode.observations[1:]),
-                  "env": episode.env_name, "initial_observation": episode.observations[0] if episode.observations
-                  else "", "valid": list(episode.valid), "score": float(episode.score), "num_turns": episode.num_turns,
-                  "truncated": episode.truncated, "error": episode.error, "group_index": episode.group_index,
-                  "invalid_actions": episode.invalid_actions},
-    )
-
-
-__all__ = ["ACTION_SELECTIONS", "Episode", "GenerateFn", "Generation", "hf_generate_fn", "run_episodes",
-           "to_trajectory"]
+__all__ = ["ACTION_SELECTIONS", "Episode", "GenerateFn", "Generation", "hf_generate_fn", "lifecycle_student_fn",
+           "run_episodes", "to_trajectory"]

@@ -57,27 +57,30 @@ def neutral_text(n_tokens: int, tokenizer: Any = None) -> str:
 class GlobalCondition:
     """Lifecycle-like prompt builder for one evaluation condition (what ``run_episodes`` calls).
 
-    ``none`` leaves prompts alone; ``learned`` inserts the bank's current Global of the task's scope exactly as
-    training did (``SkillLifecycle.student_messages``); ``neutral`` inserts, with the same injector, a neutral
-    text with as many tokens as that (budget-truncated) Global.
+    ``none`` leaves prompts alone; ``learned`` inserts the bank's current Global of the episode's scope exactly
+    as training did (``SkillLifecycle.student_messages``); ``neutral`` inserts, with the same injector
+    (``skills.inject.global_messages``), a neutral text with as many tokens as that (budget-truncated) Global.
+    Scopes are the run's (``config.scope``, resolved by the episode engine).
     """
 
     mode: str
     lifecycle: Any = None
 
-    def _scope(self, task_type: str) -> str:
-        return self.lifecycle.scope_for(task_type=task_type, task_id="")
+    @property
+    def config(self) -> Any:
+        """The run's method settings (scope, budget, position), read by the episode engine."""
+        return getattr(self.lifecycle, "config", None)
 
-    def global_for(self, task_type: str):
+    def global_for(self, scope: str):
         from skillduet_plugin.skills.types import GlobalSkills
 
         if self.mode == "none" or self.lifecycle is None:
-            return GlobalSkills(scope=task_type, version=None, text="")
-        return self.lifecycle.global_for(self._scope(task_type))
+            return GlobalSkills(scope=scope, version=None, text="")
+        return self.lifecycle.global_for(scope)
 
-    def learned_text(self, task_type: str) -> str:
-        """The learned Global of the task's scope as it is inserted (cut to the skill token budget)."""
-        g = self.global_for(task_type)
+    def learned_text(self, scope: str) -> str:
+        """The learned Global of ``scope`` as it is inserted (cut to the skill token budget)."""
+        g = self.global_for(scope)
         cfg = self.lifecycle.config
         return truncate_lines(g.text, cfg.skill_token_budget, self.lifecycle.tokenizer)[0] if g.text else ""
 
@@ -86,14 +89,13 @@ class GlobalCondition:
         if self.mode == "none" or self.lifecycle is None:
             return [dict(m) for m in prompt_messages]
         if self.mode == "learned":
-            return self.lifecycle.student_messages(prompt_messages, task=task, scope=self._scope(scope))
-        from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
+            return self.lifecycle.student_messages(prompt_messages, task=task, scope=scope)
+        from skillduet_plugin.skills.inject import global_messages
 
-        cfg = self.lifecycle.config
-        tok = self.lifecycle.tokenizer
+        cfg, tok = self.lifecycle.config, self.lifecycle.tokenizer
         text = neutral_text(count_tokens(self.learned_text(scope), tok), tok)
-        section = skill_section(GLOBAL_HEADER, text, cfg.skill_token_budget, tok)
-        return insert_sections(prompt_messages, [section], task=task, position=cfg.skill_position)
+        return global_messages(prompt_messages, text, task=task, budget_tokens=cfg.skill_token_budget,
+                               position=cfg.skill_position, tokenizer=tok)
 
 
 def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any) -> Any:
@@ -109,8 +111,8 @@ def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any) -> A
 def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
     """Success overall and per task type, ``avg`` (mean of the per-type rates), mean score, counts."""
     by_type: dict[str, list[bool]] = {}
-    for ep in episodes:
-        by_type.setdefault(str(ep.scope), []).append(bool(ep.won))
+    for ep in episodes:  # the task type, whatever the run's scope key
+        by_type.setdefault(str(getattr(ep, "task_type", "") or ep.scope), []).append(bool(ep.won))
     n = max(1, len(episodes))
     per_type = {t: sum(v) / len(v) for t, v in sorted(by_type.items())}
     result = {"success": sum(bool(ep.won) for ep in episodes) / n,

@@ -1,10 +1,11 @@
 """Behaviour-cloning warm start: a short supervised pass on expert episodes, so that a small model sometimes
 succeeds and GRPO groups hold both successes and failures (nothing is paired or learned otherwise).
 
-Every training sequence is built exactly like an RL rollout: the first prompt from ``envs.prompts.
-initial_messages`` (sometimes with a skill section inserted at message level by the injector, as the Global is
-inserted), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and the
-environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the loss).
+Every training sequence is laid out by the RL rollout's own episode engine (``rollout.engine``): the first prompt
+from ``envs.prompts.initial_messages`` (sometimes with a skill section inserted at message level, as the Global
+is inserted), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and
+the environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the
+loss).
 The result is cached under ``<cache>/warmstart/<hash of the settings>``.
 
 On ALFWorld the expert is the searching expert of ``envs.alfworld.expert`` by default: a game's stored
@@ -28,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.runs.config import EXPERTS
 
 FORMAT_VERSION = 1
@@ -161,47 +163,43 @@ def play_expert(env: Any, task_id: str, *, max_turns: int, kind: str = "search",
 
 def layout_episode(record: ExpertRecord, env_name: str, chat: ChatTokenizer, *, max_total_tokens: int,
                    skill_sections: Callable[[list[dict], str, str], list[dict]] | None = None) -> ClonedEpisode:
-    """Tokens of an expert episode exactly as ``rollout.collector.run_episodes`` lays out a rollout;
-    ``skill_sections(messages, task, scope)`` (if given) inserts skill text into the first prompt. Turns that
-    would overflow ``max_total_tokens`` are dropped, as the collector truncates."""
-    from skillduet_plugin.envs.prompts import initial_messages, turn_message
+    """Tokens of an expert episode laid out by the rollout engine itself (``rollout.engine``): the expert's
+    responses are replayed as the policy's turns and the recorded observations as the environment's answers, so
+    a cloned sequence is token for token what a rollout of the same choices is. ``skill_sections(messages,
+    task, scope)`` (if given) inserts skill text into the first prompt. The episode stops before a turn that
+    would not fit ``max_total_tokens`` whole (a cut response is never cloned), as the engine truncates."""
+    engine = EpisodeEngine(env_name, chat, max_turns=max(1, len(record.actions)), max_new_tokens=max_total_tokens,
+                           max_total_tokens=max_total_tokens)
+    student_fn = None
+    if skill_sections is not None:
+        def student_fn(prompt: list[dict], task: str, scope: str) -> tuple[list[dict], None]:
+            return skill_sections(prompt, task, scope), None
 
-    prompt = initial_messages(env_name, task=record.task, observation=record.observations[0],
-                              admissible_actions=record.admissible[0])
-    student = skill_sections(prompt, record.task, record.scope) if skill_sections is not None else prompt
-    tokens = EpisodeTokens(prompt_ids=chat.prompt_ids(student))
-    messages = [dict(m) for m in student]
-    n = len(record.actions)
+    first = {"task": record.task, "task_type": record.scope, "admissible_actions": record.admissible[0]}
+    state = engine.start(record.task_id, record.observations[0], first, student_fn=student_fn)
+    n = 0
     for k, action in enumerate(record.actions):
-        response = expert_response(action)
-        policy = chat.encode(response) + [chat.eos_token_id]
-        if len(tokens) + len(policy) > max_total_tokens:
-            n = k
+        request = state.next_request()
+        policy = chat.encode(expert_response(action)) + [chat.eos_token_id]
+        if request is None or len(policy) > request.max_new_tokens:
             break
-        tokens.add_policy(policy)
-        messages.append({"role": "assistant", "content": response})
-        if k == len(record.actions) - 1:
-            break
-        content = turn_message(env_name, observation=record.observations[k + 1],
-                               admissible_actions=record.admissible[k + 1], step=k + 2)
-        turn_ids = chat.turn_ids(content)
-        if len(tokens) + len(turn_ids) + 2 > max_total_tokens:
-            n = k + 1
-            break
-        tokens.add_env(turn_ids)
-        messages.append({"role": "user", "content": content})
-    return ClonedEpisode(task_id=record.task_id, scope=record.scope, tokens=tokens, student_messages=student,
-                         messages=messages, actions=record.actions[:n], won=record.won and n == len(record.actions),
-                         with_skill=student != prompt)
+        state.on_generation(Generation(policy))
+        n = k + 1
+        state.on_step(record.observations[k + 1], 0.0, n == len(record.actions),  # the record ends: done
+                      {"admissible_actions": record.admissible[k + 1]})
+    ep = state.episode
+    return ClonedEpisode(task_id=record.task_id, scope=record.scope, tokens=ep.tokens,
+                         student_messages=ep.student_messages, messages=ep.messages, actions=record.actions[:n],
+                         won=record.won and n == len(record.actions),
+                         with_skill=ep.student_messages != ep.prompt_messages)
 
 
 def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: ChatTokenizer, *,
                        max_total_tokens: int, skill_fraction: float, skill_token_budget: int,
                        skill_position: str = "after_task", seed: int = 0) -> list[ClonedEpisode]:
     """Cloning episodes from expert records; about ``skill_fraction`` of them carry a skill section in their
-    first prompt (the procedure of *another* won expert episode of the same scope, inserted as the Global is)."""
-    from skillduet_plugin.skills.inject import GLOBAL_HEADER, skill_section
-
+    first prompt (the procedure of *another* won expert episode of the same scope, inserted as the Global is:
+    ``skills.inject.global_messages``)."""
     rng = random.Random(seed)
     by_scope: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
@@ -212,17 +210,17 @@ def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: Cha
         donors = [j for j in by_scope.get(rec.scope, []) if j != i]
         insert = None
         if donors and rng.random() < skill_fraction:
-            section = skill_section(GLOBAL_HEADER, procedure_text(records[rng.choice(donors)].actions),
-                                    skill_token_budget, chat.tokenizer)
-            insert = functools.partial(_insert_section, section=section, position=skill_position)
+            insert = functools.partial(_insert_global, text=procedure_text(records[rng.choice(donors)].actions),
+                                       budget=skill_token_budget, position=skill_position, tokenizer=chat.tokenizer)
         result.append(layout_episode(rec, env_name, chat, max_total_tokens=max_total_tokens, skill_sections=insert))
     return result
 
 
-def _insert_section(messages: list[dict], task: str, scope: str, *, section: str, position: str) -> list[dict]:
-    from skillduet_plugin.skills.inject import insert_sections
+def _insert_global(messages: list[dict], task: str, scope: str, *, text: str, budget: int, position: str,
+                   tokenizer: Any) -> list[dict]:
+    from skillduet_plugin.skills.inject import global_messages
 
-    return insert_sections(messages, [section], task=task, position=position)
+    return global_messages(messages, text, task=task, budget_tokens=budget, position=position, tokenizer=tokenizer)
 
 
 # ---------------------------------------------------------------------- training

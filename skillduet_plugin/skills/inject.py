@@ -82,3 +82,17 @@ def insert_sections(prompt_messages: Sequence[dict[str, str]], sections: Sequenc
     else:
         messages[idx]["content"] = f"{content[:line_end + 1]}{block}\n\n{content[line_end + 1:]}"
     return messages
+
+
+def global_messages(prompt_messages: Sequence[dict[str, str]], global_text: str, *, task: str, budget_tokens: int,
+                    position: str = "after_task", tokenizer: Any = None,
+                    special_tokens: Sequence[str] = ()) -> list[dict[str, str]]:
+    """The rollout (student) prompt: ``prompt_messages`` with the Global section (``GLOBAL_HEADER`` + the text cut
+    to ``budget_tokens``) inserted at ``position``; unchanged for empty text.
+
+    The one place a Global-augmented prompt is built: the lifecycle (TRL rollouts, scoring contexts), the verl
+    agent loop, the warm start's skill sections and the evaluation's neutral condition all call it, so a
+    teacher prompt is always a student prompt plus the Local skill.
+    """
+    section = skill_section(GLOBAL_HEADER, global_text, budget_tokens, tokenizer, special_tokens)
+    return insert_sections(prompt_messages, [section], task=task, position=position)

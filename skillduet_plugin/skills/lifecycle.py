@@ -21,7 +21,8 @@ from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
 from skillduet_plugin.skills.extract import extract_local
-from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
+from skillduet_plugin.skills.inject import (GLOBAL_HEADER, LOCAL_HEADER, global_messages, insert_sections,
+                                           skill_section)
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
 from skillduet_plugin.skills.scoring import score_skills
@@ -129,22 +130,26 @@ class SkillLifecycle:
         """Forget cached Globals so the next reads see the bank's latest committed versions."""
         self._global_cache.clear()
 
-    def _global_section(self, scope: str, global_version: int | None = None) -> str:
+    def _global_text(self, scope: str, global_version: int | None = None) -> str:
         if not self.config.use_global:
             return ""
         g = self.global_for(scope)
         if global_version is not None and global_version != g.version:
             v = self.bank.global_version(scope, global_version)
             g = v.as_global() if v is not None else g
-        return skill_section(GLOBAL_HEADER, g.text, self.config.skill_token_budget, self.tokenizer,
-                             self._special_tokens)
+        return g.text
+
+    def _global_section(self, scope: str, global_version: int | None = None) -> str:
+        return skill_section(GLOBAL_HEADER, self._global_text(scope, global_version), self.config.skill_token_budget,
+                             self.tokenizer, self._special_tokens)
 
     def student_messages(self, prompt_messages: list[dict[str, str]], *, task: str,
                          scope: str, global_version: int | None = None) -> list[dict[str, str]]:
         """The rollout prompt: ``prompt_messages`` with the Global of ``scope`` (unchanged if ``use_global`` is
         off or the scope has no Global yet). ``global_version`` pins a specific version (default: current)."""
-        return insert_sections(prompt_messages, [self._global_section(scope, global_version)], task=task,
-                               position=self.config.skill_position)
+        return global_messages(prompt_messages, self._global_text(scope, global_version), task=task,
+                               budget_tokens=self.config.skill_token_budget, position=self.config.skill_position,
+                               tokenizer=self.tokenizer, special_tokens=self._special_tokens)
 
     def teacher_messages(self, prompt_messages: list[dict[str, str]], *, task: str, scope: str,
                          local_skill: Skill, global_version: int | None = None) -> list[dict[str, str]]:

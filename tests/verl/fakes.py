@@ -1,4 +1,5 @@
-"""Test doubles for the verl adapter: a recording skill lifecycle, an actor worker group, TransferQueue."""
+"""Test doubles for the verl adapter: a recording skill lifecycle, an actor worker group, TransferQueue, a rollout
+server and a Global server."""
 
 from __future__ import annotations
 
@@ -67,6 +68,77 @@ class FakeLifecycle:
 
     def metrics(self):
         return {"globals": float(self.version)}
+
+
+class FakeServer:
+    """Async ``generate`` of verl's server manager returning scripted turns, recording every request.
+
+    ``logps[k]`` is the sampling log-prob of every token of turn k (default -0.5); ``steps[k]``, when given, is the
+    global step of the weights that served turn k (``TokenOutput.extra_fields["global_steps"]``)."""
+
+    def __init__(self, turns: list[list[int]], logps: list[float] | None = None, steps: list[int] | None = None):
+        self.turns, self.logps, self.steps = list(turns), list(logps or []), list(steps or [])
+        self.calls: list[dict] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
+                           "sampling_params": dict(sampling_params)})
+        k = len(self.calls) - 1
+        ids = self.turns.pop(0)
+        logp = self.logps[k] if k < len(self.logps) else -0.5
+        extra = {"global_steps": self.steps[k]} if k < len(self.steps) else {}
+        return TokenOutput(token_ids=ids, log_probs=[logp] * len(ids), extra_fields=extra)
+
+
+class FakeGlobals:
+    """The Global server's client: ``get(scope)`` from ``lookup`` (default: version 3 of ``text``), scopes recorded."""
+
+    def __init__(self, text: str = "", lookup=None):
+        self.text, self.lookup = text, lookup
+        self.scopes: list[str] = []
+
+    async def get(self, scope):
+        self.scopes.append(scope)
+        return self.lookup(scope) if self.lookup is not None else GlobalSkills(scope=scope, version=3, text=self.text)
+
+
+TOY = "skillduet_plugin.rollout.toy"
+
+
+def toy_agent_config(*overrides: str):
+    """A composed verl config whose ``skillduet_agent`` loop plays the toy environment (64-token turns, 3 turns,
+    ``response_length`` 400); ``overrides`` come last."""
+    from skillduet_plugin.main_ppo import compose
+
+    return compose(["trainer.plugins=[skillduet]", "actor_rollout_ref.rollout.response_length=400",
+                    "skillduet.env.name=toy", f"skillduet.env.factory={TOY}:make_toy",
+                    f"skillduet.env.initial_messages_fn={TOY}:toy_initial_messages",
+                    f"skillduet.env.turn_message_fn={TOY}:toy_turn_message",
+                    f"skillduet.env.project_action_fn={TOY}:toy_project_action",
+                    "skillduet.env.max_turn_tokens=64", "skillduet.env.max_turns=3", *overrides])
+
+
+def run_agent_loop(tokenizer, server, globals_, cfg, task_id: str = "toy-3", **kwargs):
+    """One ``SkillDuetAgentLoop.run`` against ``server`` and ``globals_`` (``kwargs`` join the dataset row)."""
+    import asyncio
+
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from skillduet_plugin.integrations.verl.agent_loop import SkillDuetAgentLoop
+
+    async def go():
+        loop = SkillDuetAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
+                                  processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+                                  hf_model_type="qwen3")
+        loop.global_client = globals_
+        return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True},
+                              raw_prompt=[{"role": "user", "content": "toy task"}],
+                              extra_info={"task_id": task_id, "split": "train", "index": 0}, **kwargs)
+
+    return asyncio.run(go())
 
 
 def position_logprobs(length: int) -> torch.Tensor:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 pytest.importorskip("verl")
@@ -11,69 +9,15 @@ pytest.importorskip("verl")
 from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.rollout.toy import toy_initial_messages, toy_turn_message  # noqa: E402
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections  # noqa: E402
-from skillduet_plugin.skills.types import GlobalSkills  # noqa: E402
+from fakes import FakeGlobals, FakeServer, run_agent_loop, toy_agent_config  # noqa: E402
 
 GLOBAL_TEXT = "- Procedure: open the box first, then take the key."
-TOY = "skillduet_plugin.rollout.toy"
-
-
-class FakeServer:
-    """Async ``generate`` returning scripted turns (with sampling log-probs), recording every request."""
-
-    def __init__(self, turns: list[list[int]], versions: list[int] | None = None):
-        self.turns = list(turns)
-        self.versions = list(versions) if versions is not None else None  # served weights' global step
-        self.calls: list[dict] = []
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
-        from verl.workers.rollout.replica import TokenOutput
-
-        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
-                           "sampling_params": dict(sampling_params)})
-        ids = self.turns.pop(0)
-        extra = {"global_steps": self.versions.pop(0)} if self.versions is not None else {}
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), extra_fields=extra)
-
-
-class FakeGlobals:
-    def __init__(self):
-        self.scopes: list[str] = []
-
-    async def get(self, scope):
-        self.scopes.append(scope)
-        return GlobalSkills(scope=scope, version=3, text=GLOBAL_TEXT)
-
-
-def _config():
-    from skillduet_plugin.main_ppo import compose
-
-    return compose(["trainer.plugins=[skillduet]", "actor_rollout_ref.rollout.response_length=400",
-                    f"skillduet.env.name=toy", f"skillduet.env.factory={TOY}:make_toy",
-                    f"skillduet.env.initial_messages_fn={TOY}:toy_initial_messages",
-                    f"skillduet.env.turn_message_fn={TOY}:toy_turn_message",
-                    f"skillduet.env.project_action_fn={TOY}:toy_project_action",
-                    "skillduet.env.max_turn_tokens=64", "skillduet.env.max_turns=3"])
 
 
 def _run(tokenizer, turns, task_id="toy-3", versions=None, **run_kwargs):
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
-    from skillduet_plugin.integrations.verl.agent_loop import SkillDuetAgentLoop
-
-    cfg = _config()
-    server, globals_ = FakeServer(turns, versions), FakeGlobals()
-
-    async def go():
-        loop = SkillDuetAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
-                                  processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
-                                  hf_model_type="qwen3")
-        loop.global_client = globals_
-        return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True},
-                              raw_prompt=[{"role": "user", "content": "toy task"}],
-                              extra_info={"task_id": task_id, "split": "train", "index": 0}, **run_kwargs)
-
-    return asyncio.run(go()), server, globals_
+    server, globals_ = FakeServer(turns, steps=versions), FakeGlobals(GLOBAL_TEXT)
+    out = run_agent_loop(tokenizer, server, globals_, toy_agent_config(), task_id=task_id, **run_kwargs)
+    return out, server, globals_
 
 
 def test_episode_tokens_masks_and_global(tiny_tokenizer):

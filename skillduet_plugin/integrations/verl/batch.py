@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from skillduet_plugin.integrations.verl import EXTRA_KEY
+from skillduet_plugin.rollout.engine import episode_from_record, to_trajectory
 from skillduet_plugin.skills.types import Trajectory
 
 
@@ -49,29 +50,19 @@ def build_trajectories(keys: Sequence[str], records: Sequence[dict[str, Any] | N
                        step: int, skip: Sequence[bool] = ()) -> list[tuple[int, Trajectory]]:
     """``(row, Trajectory)`` for every row that came from the ``skillduet_agent`` loop and is not skipped.
 
-    ``base_logps`` are the old log-probs (rollout weights, student prompt): Strength scoring reuses them.
+    ``base_logps`` are the old log-probs (rollout weights, student prompt): Strength scoring reuses them. The
+    record becomes an episode again and goes through the same mapping as the TRL path
+    (``rollout.engine.to_trajectory``), so both hand the analyzer the same turns.
     """
     out: list[tuple[int, Trajectory]] = []
     for i, key in enumerate(keys):
         record = records[i]
         if record is None or (skip and skip[i]):
             continue
-        completion = [int(x) for x in responses[i].tolist()]
-        mask = [int(x) for x in response_masks[i].tolist()]
+        episode = episode_from_record(record, prompt_ids=prompts[i].tolist(), completion_ids=responses[i].tolist(),
+                                      completion_mask=response_masks[i].tolist())
         base = [float(x) for x in old_log_probs[i].tolist()] if old_log_probs is not None else None
-        traj = Trajectory(
-            traj_id=str(key), task_id=str(record["task_id"]), scope=str(record.get("scope", "unknown")),
-            task=str(record.get("task", "")), messages=list(record.get("messages") or []),
-            prompt_messages=list(record.get("prompt_messages") or []),
-            responses=list(record.get("responses") or []), reward=float(record.get("reward", 0.0)),
-            success=bool(record.get("won", False)), split="train", step=int(step),
-            prompt_ids=[int(x) for x in prompts[i].tolist()], completion_ids=completion, completion_mask=mask,
-            base_logps=base, global_version=record.get("global_version"),
-            metadata={"env": record.get("env"), "actions": list(record.get("actions") or []),
-                      "observations": list(record.get("observations") or []),
-                      "valid": list(record.get("valid") or []), "score": record.get("score"),
-                      "num_turns": record.get("num_turns"), "truncated": record.get("truncated")})
-        out.append((i, traj))
+        out.append((i, to_trajectory(episode, step=int(step), traj_id=str(key), base_logps=base)))
     return out
 
 

@@ -33,7 +33,7 @@ DEFAULT_PANEL = {"alfworld": "valid_unseen", "webshop": "test"}
 ENV_DEMO_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
     "webshop": {("eval_tasks",): 16, ("train_tasks",): 256, ("max_turns",): 8, ("max_total_tokens",): 4096,
                 ("warm_start", "games"): 128, ("warm_start", "episodes_per_game"): 1, ("warm_start", "steps"): 60,
-                ("warm_start", "max_minutes"): 4.0, ("warm_start", "learning_rate"): 3e-3},
+                ("warm_start", "learning_rate"): 3e-3},
 }
 
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
@@ -75,12 +75,15 @@ class WarmStartConfig:
             its goal-directed shopper.
         episodes_per_game: expert episodes per game (the searching expert visits receptacles in a different
             seeded order in each).
-        steps: optimizer steps (the deterministic budget; the result is cached by a hash of these settings).
-        max_minutes: safety cap on wall time; training stops early (and the run says so) when reached.
+        steps: optimizer steps, always all of them: the budget is in steps, never in time, so a busy machine
+            takes longer but makes the same model (a time estimate and a progress bar say how long). The
+            result is cached by a hash of everything it depends on; an interrupted warm start is never reused.
         batch_size: episodes per optimizer step.
         learning_rate: AdamW learning rate.
         skill_fraction: share of episodes whose first prompt carries a skill section (inserted at message
             level, as the RL loop inserts the Global), so the model learns to read that section.
+        skill_token_budget: token budget of those sections. The warm start's own setting, not the method's
+            ``skillduet.skill_token_budget``: runs of different methods start from the same model.
     """
 
     enabled: Any = "auto"
@@ -88,10 +91,10 @@ class WarmStartConfig:
     expert: str = "search"
     episodes_per_game: int = 2
     steps: int = 700
-    max_minutes: float = 5.0
     batch_size: int = 4
     learning_rate: float = 6e-3
     skill_fraction: float = 0.5
+    skill_token_budget: int = 160
 
     def validate(self) -> None:
         if self.enabled not in ("auto", True, False):
@@ -100,12 +103,12 @@ class WarmStartConfig:
         _choice("warm_start.expert", self.expert, EXPERTS)
         _int("warm_start.episodes_per_game", self.episodes_per_game, 1)
         _int("warm_start.steps", self.steps, 0)
-        _num("warm_start.max_minutes", self.max_minutes, 0, lo_open=True)
         _int("warm_start.batch_size", self.batch_size, 1)
         _num("warm_start.learning_rate", self.learning_rate, 0, lo_open=True)
         _num("warm_start.skill_fraction", self.skill_fraction, 0)
         if self.skill_fraction > 1:
             _fail("warm_start.skill_fraction", self.skill_fraction, "expected a fraction in [0, 1]")
+        _int("warm_start.skill_token_budget", self.skill_token_budget, 16)
 
 
 @dataclass
@@ -139,8 +142,9 @@ class RunConfig:
         output_dir: run directory (default ``runs/<timestamp>-<name>``).
         device / precision: ``auto`` picks cuda + bf16 when available, else cpu + fp32.
         env_workers: parallel environment worker processes (0: play in this process).
-        threads: torch CPU threads (0: auto = 1 for tiny models on CPU, where more threads only add
-            synchronisation overhead and collapse under load; torch's default otherwise).
+        threads: torch CPU threads (0: auto = one per two cores on CPU, torch's default on a GPU). Fixed per
+            machine, never chosen by load, so the results do not depend on it; half the cores, so another busy
+            process slows a run down instead of stalling every operator (bench/threads.py).
         trl: extra GRPOConfig keywords passed through unchanged (e.g. ``use_vllm: true`` on a GPU box).
     """
 
@@ -289,6 +293,10 @@ def tiny_size(model: str) -> str:
 
 
 def _warm_start_from_dict(data: dict[str, Any]) -> WarmStartConfig:
+    if "max_minutes" in data:
+        raise ConfigError(f"warm_start.max_minutes={data['max_minutes']!r} was removed: a wall-clock cap made the "
+                          f"warm-started model depend on the machine's load. Delete the key; warm_start.steps is "
+                          f"the budget (a time estimate and a progress bar show how long it takes)")
     known = {f.name for f in fields(WarmStartConfig)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -19,6 +19,31 @@ def env_kwargs(config: RunConfig, split: str, limit: int = 0) -> dict[str, Any]:
     return kw
 
 
+def data_identity(config: RunConfig, split: str) -> dict[str, Any]:
+    """What a run's data of ``split`` is, for cache keys: the env, its keywords, and where they name no data
+    folder, the generated data behind them (ALFWorld: the generator's code and engine versions, or the
+    ``$ALFWORLD_DATA`` folder; WebShop: the synthetic catalogue's generator version)."""
+    kw = env_kwargs(config, split)
+    identity: dict[str, Any] = {"env": config.env, **kw}
+    if kw.get("data_dir") is not None:
+        return identity
+    if config.env == "alfworld":
+        from skillduet_plugin.envs.alfworld.engine import user_alfworld_data
+
+        user = user_alfworld_data()
+        if user is not None:
+            identity["data_dir"] = str(user)
+        else:
+            from skillduet_plugin.envs.alfworld.generator import generator_identity
+
+            identity["generated"] = generator_identity()
+    elif config.env == "webshop":
+        from skillduet_plugin.envs.webshop.synthetic import GENERATOR_VERSION
+
+        identity["generated"] = {"webshop_synthetic": GENERATOR_VERSION}
+    return identity
+
+
 def make_env(config: RunConfig, split: str, limit: int = 0) -> Any:
     from skillduet_plugin.envs import make
 

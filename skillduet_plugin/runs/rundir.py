@@ -28,13 +28,16 @@ def cache_dir() -> Path:
 
 def resolve_model(spec: str, *, seed: int = 0) -> Path:
     """A model folder for ``spec``: ``tiny`` / ``tiny:<size>`` are built once into the cache, anything else
-    must be an existing local folder (nothing is downloaded)."""
+    must be an existing local folder (nothing is downloaded). A tiny build's folder is named by its key, so
+    builds of different code versions sharing one cache never replace each other."""
     if spec.startswith("tiny"):
+        from skillduet_plugin.artefacts import digest_key
         from skillduet_plugin.runs.config import tiny_size
-        from skillduet_plugin.testing.tiny import build_tiny
+        from skillduet_plugin.testing.tiny import build_tiny, tiny_key
 
         size = tiny_size(spec)
-        return build_tiny(cache_dir() / "models" / f"tiny-{size}-s{seed}", size=size, seed=seed)
+        key = digest_key(tiny_key(size, seed=seed), 12)
+        return build_tiny(cache_dir() / "models" / f"tiny-{size}-s{seed}-{key}", size=size, seed=seed)
     path = Path(spec).expanduser()
     if not (path / "config.json").is_file():
         raise ConfigError(f"model={spec!r} is invalid: expected a local model folder holding config.json "

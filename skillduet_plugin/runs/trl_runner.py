@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
-from skillduet_plugin.runs.environment import env_kwargs, make_env
+from skillduet_plugin.runs.environment import data_identity, env_kwargs, make_env
 from skillduet_plugin.runs.recorder import RunRecorder
 from skillduet_plugin.runs.rundir import (CONFIG_FILE, MetricsWriter, RunDir, cache_dir, read_metrics, resolve_model,
                                           write_json)
@@ -40,14 +40,29 @@ def device_settings(config: RunConfig) -> dict[str, Any]:
     return settings
 
 
-def set_threads(config: RunConfig) -> None:
+def torch_threads(config: RunConfig) -> int:
+    """The torch intra-op thread count of a run: ``threads`` when set, else one per two CPU cores (at least one)
+    on CPU, torch's default on a GPU. Fixed by the config and the machine, never by its load, so the numbers do
+    not change with the load; and small enough that a busy CPU slows the run down instead of stalling it:
+    OpenMP threads wait for each other at every operator, so when another process takes one of their cores every
+    operator waits for the descheduled thread (measured in ``bench/threads.py``, docs/benchmarks.md)."""
     import torch
 
-    threads = config.threads
-    if threads == 0 and config.is_tiny and not (torch.cuda.is_available() and config.device != "cpu"):
-        threads = 1
-    if threads:
-        torch.set_num_threads(threads)
+    if config.threads:
+        return config.threads
+    if torch.cuda.is_available() and config.device != "cpu":
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // 2)
+
+
+def set_threads(config: RunConfig) -> int:
+    """Apply :func:`torch_threads`; returns the count."""
+    import torch
+
+    threads = torch_threads(config)
+    torch.set_num_threads(threads)
+    return threads
 
 
 def grpo_args(config: RunConfig, run: RunDir) -> Any:
@@ -189,13 +204,12 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         log_file.flush()
 
     t_start = time.time()
-    if config.threads:
-        torch.set_num_threads(config.threads)  # else the warm start's long sequences use torch's default (all cores)
+    threads = set_threads(config)  # before the warm start: its key names the count, and it must not stall either
     writer = MetricsWriter(run.metrics)
     timings: dict[str, float] = {}
     try:
         torch.manual_seed(config.seed)
-        say(f"run directory {run.root}")
+        say(f"run directory {run.root} ({threads} torch thread{'s' if threads > 1 else ''})")
         t0 = time.time()
         base = resolve_model(config.model, seed=config.seed)
         model_dir = base
@@ -203,7 +217,6 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         if config.warm_start_enabled:
             model_dir, warm_info = _warm_start(config, base, say)
         timings["time/warm_start_s"] = time.time() - t0
-        set_threads(config)
 
         model, tokenizer = load_model(model_dir, config)
         t0 = time.time()
@@ -253,18 +266,25 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
     return run.root
 
 
-def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
-    from skillduet_plugin.runs.warmstart import warm_start_model
-
+def warm_start_settings(config: RunConfig) -> dict[str, Any]:
+    """The keywords of ``warm_start_model`` that, with the base model, set the warm-started weights: the
+    warm_start section, the episode limits, the seed and the data, not the method's settings (so that
+    grpo_baseline.yaml and cpu_demo.yaml start from one model). The skill position is shared: the model must
+    learn to read skills where the RL loop will put them."""
     ws = config.warm_start
-    method = config.method_config()
-    return warm_start_model(
-        base, env_name=config.env, make_env=lambda n: make_env(config, config.train_split, n), games=ws.games,
-        expert=ws.expert, episodes_per_game=ws.episodes_per_game,
-        steps=ws.steps, batch_size=ws.batch_size, learning_rate=ws.learning_rate, max_minutes=ws.max_minutes,
-        skill_fraction=ws.skill_fraction, max_turns=config.max_turns, max_total_tokens=config.max_total_tokens,
-        skill_token_budget=method.skill_token_budget, skill_position=method.skill_position, seed=config.seed,
-        cache_root=cache_dir(), env_identity=env_kwargs(config, config.train_split), log=say)
+    return dict(env_name=config.env, games=ws.games, expert=ws.expert, episodes_per_game=ws.episodes_per_game,
+                steps=ws.steps, batch_size=ws.batch_size, learning_rate=ws.learning_rate,
+                skill_fraction=ws.skill_fraction, max_turns=config.max_turns,
+                max_total_tokens=config.max_total_tokens, skill_token_budget=ws.skill_token_budget,
+                skill_position=config.method_config().skill_position, seed=config.seed,
+                env_identity=data_identity(config, config.train_split))
+
+
+def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
+    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+
+    return warm_start_model(base, make_env=lambda n: make_env(config, config.train_split, n),
+                            cache_root=cache_dir(), log=say, **warm_start_settings(config))
 
 
 def _trainer(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids: list[str]) -> Any:

@@ -6,7 +6,7 @@ from ``envs.prompts.initial_messages`` (sometimes with a skill section inserted 
 is inserted), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and
 the environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the
 loss).
-The result is cached under ``<cache>/warmstart/<hash of the settings>``.
+``runs.warmstart_cache`` builds and caches the warm-started model.
 
 On ALFWorld the expert is the searching expert of ``envs.alfworld.expert`` by default: a game's stored
 walkthrough goes straight to the hidden object, so a clone of walkthroughs never learns what to do after looking
@@ -18,21 +18,16 @@ the same budget wins in about half of them, so many GRPO groups mix successes an
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import random
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.runs.config import EXPERTS
-
-FORMAT_VERSION = 1
 
 
 def expert_response(action: str) -> str:
@@ -252,12 +247,12 @@ def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int =
 
 
 def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_size: int, learning_rate: float,
-          max_minutes: float, seed: int = 0, pad_token_id: int = 0,
+          seed: int = 0, pad_token_id: int = 0,
           on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
-    """Cross-entropy on the policy tokens of ``episodes`` (:func:`cloning_loss`).
+    """Cross-entropy on the policy tokens of ``episodes`` (:func:`cloning_loss`) for exactly ``steps`` optimizer
+    steps: the budget is in steps only (never wall time), so the result does not depend on the machine's load.
 
-    Batches are drawn with a seeded shuffle; stops after ``steps`` optimizer steps or ``max_minutes``.
-    Returns ``{"steps", "loss_first", "loss_last", "seconds", "stopped_early"}``.
+    Batches are drawn with a seeded shuffle. Returns ``{"steps", "loss_first", "loss_last", "seconds"}``.
     """
     import torch
 
@@ -268,12 +263,8 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     sched = torch.optim.lr_scheduler.LambdaLR(
         optim, lambda k: min(1.0, (k + 1) / max(1, steps // 20)) * max(0.05, 1.0 - k / max(1, steps)))
     model.train()
-    start, losses, order, cursor, step = time.time(), [], [], 0, 0
-    stopped_early = False
-    while step < steps:
-        if time.time() - start > 60.0 * max_minutes:
-            stopped_early = True
-            break
+    start, losses, order, cursor = time.time(), [], [], 0
+    for step in range(1, steps + 1):
         if cursor + batch_size > len(order):
             order, cursor = torch.randperm(len(episodes), generator=gen).tolist(), 0
         batch = [episodes[i] for i in order[cursor:cursor + batch_size]]
@@ -285,102 +276,10 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
         sched.step()
         optim.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
-        step += 1
         if on_step is not None:
             on_step(step, losses[-1])
     model.eval()
     window = max(1, min(10, len(losses) // 5 or 1))
-    return {"steps": step, "loss_first": sum(losses[:window]) / window if losses else None,
+    return {"steps": len(losses), "loss_first": sum(losses[:window]) / window if losses else None,
             "loss_last": sum(losses[-window:]) / window if losses else None,
-            "seconds": round(time.time() - start, 2), "stopped_early": stopped_early}
-
-
-def cache_key(settings: dict[str, Any]) -> str:
-    """sha256 (16 hex) over the sorted JSON of everything the warm-started weights depend on."""
-    payload = json.dumps({"format": FORMAT_VERSION, **settings}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def model_fingerprint(model_dir: str | Path) -> str:
-    """The identity of a base model folder: its tiny-build stamp, else its config and weight file sizes."""
-    folder = Path(model_dir)
-    stamp = folder / "skillduet_tiny.json"
-    if stamp.is_file():
-        return stamp.read_text()
-    parts = [(folder / "config.json").read_text()]
-    parts += [f"{p.name}:{p.stat().st_size}" for p in sorted(folder.glob("*.safetensors"))]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Callable[[int], Any], games: int,
-                     expert: str = "search", episodes_per_game: int = 1, steps: int, batch_size: int, learning_rate: float, max_minutes: float, skill_fraction: float,
-                     max_turns: int, max_total_tokens: int, skill_token_budget: int, skill_position: str,
-                     seed: int, cache_root: str | Path, env_identity: dict[str, Any],
-                     log: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]]:
-    """The warm-started model folder for these settings: built once, then reused from ``cache_root``.
-
-    ``make_env(n)`` builds the training env limited to its first ``n`` tasks. Returns ``(folder, info)``;
-    ``info`` is the stored summary (``cached`` tells whether it was reused).
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
-                "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps, "batch_size": batch_size, "learning_rate": learning_rate,
-                "max_minutes": max_minutes, "skill_fraction": skill_fraction, "max_turns": max_turns,
-                "max_total_tokens": max_total_tokens, "skill_token_budget": skill_token_budget,
-                "skill_position": skill_position, "seed": seed}
-    out = Path(cache_root) / "warmstart" / cache_key(settings)
-    summary_file = out / "warmstart.json"
-    if summary_file.is_file():
-        info = json.loads(summary_file.read_text())
-        info["cached"] = True
-        log(f"warm start: reusing {out} ({info['steps']} cloning steps, loss {info['loss_last']:.3f})")
-        return out, info
-
-    t0 = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
-    chat = ChatTokenizer(tokenizer)
-    env = make_env(games)
-    label = f"{expert} expert" if callable(getattr(env, "searching_expert", None)) else "scripted expert"
-    try:
-        records = [play_expert(env, t, max_turns=max_turns, kind=expert, seed=k)
-                   for t in list(env.tasks)[:games] for k in range(episodes_per_game)]
-    finally:
-        env.close()
-    episodes = build_cloning_data(records, env_name, chat, max_total_tokens=max_total_tokens,
-                                  skill_fraction=skill_fraction, skill_token_budget=skill_token_budget,
-                                  skill_position=skill_position, seed=seed)
-    build_s = time.time() - t0
-    won = sum(ep.won for ep in episodes)
-    log(f"warm start: {len(episodes)} {label} episodes ({won} won within {max_turns} turns, "
-        f"{sum(ep.with_skill for ep in episodes)} with a skill section) in {build_s:.0f}s")
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
-    progress = _progress(steps, "warm start (behaviour cloning)")
-
-    def on_step(_k: int, loss: float) -> None:
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss:.3f}")
-
-    try:
-        stats = clone(model, episodes, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-                      max_minutes=max_minutes, seed=seed, pad_token_id=chat.pad_token_id, on_step=on_step)
-    finally:
-        progress.close()
-    if stats["stopped_early"]:
-        log(f"warm start: stopped at the {max_minutes}-minute cap after {stats['steps']}/{steps} steps")
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    info = {**stats, "episodes": len(episodes), "expert_won": won, "build_seconds": round(build_s, 2),
-            "settings": settings}
-    summary_file.write_text(json.dumps(info, indent=2, default=str))  # written last: marks a complete build
-    info["cached"] = False
-    return out, info
-
-
-def _progress(total: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True)
+            "seconds": round(time.time() - start, 2)}

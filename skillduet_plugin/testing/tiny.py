@@ -19,6 +19,7 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+STAMP = "skillduet_tiny.json"  # a build's key, also inside the model folder a warm start copies it from
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED_TOKENS = ["<think>", "</think>", "<action>", "</action>"]
 
@@ -165,18 +166,46 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
     return model
 
 
+# The code whose output a tiny build is: its key names it, so an edit rebuilds instead of reusing a stale build.
+BUILD_CODE = ("skillduet_plugin.testing.tiny", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice")
+
+
+def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0) -> dict:
+    """Everything a tiny build depends on (its cache key)."""
+    import tokenizers
+    import torch
+    import transformers
+
+    from skillduet_plugin.artefacts import code_digest
+
+    return {"artefact": "tiny-model", "size": size, "vocab_size": vocab_size, "seed": seed,
+            "code": code_digest(*BUILD_CODE), "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__}
+
+
 def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, seed: int = 0,
                overwrite: bool = False) -> Path:
-    """Build tokenizer + model into ``out_dir`` (reused if it already holds the same build)."""
+    """Build tokenizer + model into ``out_dir``, atomically (a temporary sibling folder renamed into place), or
+    reuse it when it already holds a complete, verified build with the same key (:func:`tiny_key`).
+
+    An existing ``out_dir`` that is neither empty nor a tiny build is refused, so that no unrelated folder is
+    replaced."""
+    from skillduet_plugin.artefacts import MARKER, building, read_marker
+
+    if size not in SIZES:
+        raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")
     out = Path(out_dir)
-    stamp = {"size": size, "vocab_size": vocab_size, "seed": seed, "format": 2}
-    stamp_file = out / "skillduet_tiny.json"
-    if not overwrite and stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp:
+    key = tiny_key(size, vocab_size, seed)
+    if not overwrite and read_marker(out, key) is not None:
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
-    model = build_model(tokenizer, size=size, seed=seed)
-    tokenizer.save_pretrained(out)
-    model.save_pretrained(out)
-    stamp_file.write_text(json.dumps(stamp))
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not (out / STAMP).is_file():
+        raise ValueError(f"out_dir={str(out)!r} is invalid: it holds files that are not a tiny build; pass an "
+                         f"empty or new folder")
+    with building(out, key) as tmp:
+        tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
+        model = build_model(tokenizer, size=size, seed=seed)
+        tokenizer.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        (tmp / STAMP).write_text(json.dumps(key, sort_keys=True))
     return out
+

@@ -95,14 +95,15 @@ def test_ensure_default_data_generates_once_into_the_cache(tmp_path, monkeypatch
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     monkeypatch.setitem(generator.DEFAULT_N_PER_TYPE, "valid_seen", 1)
     env = make("alfworld", split="valid_seen")  # no data_dir, no ALFWORLD_DATA: generated default data
-    root = tmp_path / "alfworld_generated"
+    root = generator.default_data_root()
+    assert root.parent == tmp_path and root.name.startswith("alfworld_generated-")
     assert env.layout_root == (root / "json_2.1.1").resolve() and len(env.tasks) == 6
-    assert (root / "json_2.1.1" / "valid_seen" / ".complete").is_file()
-    assert not [p for p in root.iterdir() if p.name.startswith(".tmp")]
+    assert (root / "json_2.1.1" / "valid_seen" / "skillduet_artefact.json").is_file()
+    assert not [p for p in (root / "json_2.1.1").iterdir() if p.name.startswith(".tmp")]
     before = _tree(root)
     assert generator.ensure_default_data("valid_seen") == root and _tree(root) == before  # not regenerated
     other = generator.ensure_default_data("valid_seen", n_per_type=1, seed=3)
-    assert other == tmp_path / "alfworld_generated_n1_seed3"
+    assert other.parent == tmp_path and other.name.startswith("alfworld_generated_n1_seed3-")
 
 
 def test_bad_generator_arguments(tmp_path):

@@ -43,6 +43,17 @@ def test_grpo_baseline_matches_the_demo_except_the_method():
     assert load_run_config(EXAMPLES / "grpo_baseline.yaml").method_config().is_plain_grpo
 
 
+def test_grpo_baseline_starts_from_the_demo_warm_start():
+    from skillduet_plugin.runs.trl_runner import warm_start_settings
+
+    demo = warm_start_settings(load_run_config(EXAMPLES / "cpu_demo.yaml"))
+    assert warm_start_settings(load_run_config(EXAMPLES / "grpo_baseline.yaml")) == demo
+    # method-only settings never reach the warm start; its own settings do (the negative control)
+    assert warm_start_settings(load_run_config(None, ["skillduet.skill_token_budget=512"])) == demo
+    assert warm_start_settings(load_run_config(None, ["warm_start.skill_token_budget=512"])) != demo
+    assert warm_start_settings(load_run_config(None, ["warm_start.steps=701"])) != demo
+
+
 def test_gpu_example_uses_a_served_analyzer():
     cfg = load_run_config(EXAMPLES / "qwen3_4b_alfworld.yaml")
     method = cfg.method_config()

@@ -147,3 +147,14 @@ def test_action_selection_auto_chooses_for_tiny_alfworld_only():
     with pytest.raises(ConfigError, match="action_selection='sample' is invalid: allowed values are auto, "
                                           "generate, choose"):
         load_run_config(None, ["action_selection=sample"])
+
+
+def test_the_removed_wall_clock_cap_is_refused_with_its_replacement(tmp_path):
+    # a wall-clock cap made the warm-started model depend on the machine's load; old configs must say so
+    with pytest.raises(ConfigError, match=r"warm_start.max_minutes=5 was removed.*warm_start.steps is the budget"):
+        load_run_config(None, ["warm_start.max_minutes=5"])
+    old = tmp_path / "old.yaml"
+    old.write_text("warm_start:\n  steps: 10\n  max_minutes: 5.0\n")
+    with pytest.raises(ConfigError, match=r"max_minutes=5.0 was removed.*Delete the key"):
+        load_run_config(old)
+    assert not hasattr(load_run_config(None, ["warm_start.steps=10"]).warm_start, "max_minutes")

@@ -52,7 +52,7 @@ def test_cloning_the_searching_expert_makes_the_tiny_model_win(tiny_model_dir, t
     before = _sampled_wins(model, chat, tmp_path, tasks)
     assert sum(map(sum, before)) == 0
 
-    stats = clone(model, episodes, steps=300, batch_size=4, learning_rate=6e-3, max_minutes=20,
+    stats = clone(model, episodes, steps=300, batch_size=4, learning_rate=6e-3,
                   pad_token_id=chat.pad_token_id)
     assert stats["steps"] == 300
     after = _sampled_wins(model, chat, tmp_path, tasks)

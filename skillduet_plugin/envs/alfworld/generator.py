@@ -13,7 +13,6 @@ import json
 import os
 import random
 import shutil
-import uuid
 from pathlib import Path
 
 from skillduet_plugin.envs.alfworld.engine import EngineSession, import_engine
@@ -31,7 +30,6 @@ from skillduet_plugin.envs.alfworld.tasks import GAME_FILE, LAYOUT_DIR, LONG_TAS
 
 DEFAULT_N_PER_TYPE: dict[str, int] = {"train": 8, "valid_seen": 4, "valid_unseen": 4, "valid_train": 4}
 MAX_ATTEMPTS = 50
-_COMPLETE = ".complete"
 
 
 def _sample_room(rng: random.Random, scope: str) -> tuple[Room, dict[str, str]] | None:
@@ -175,34 +173,56 @@ def cache_root() -> Path:
     return Path(os.environ.get("SKILLDUET_CACHE") or "~/.cache/skillduet").expanduser()
 
 
+# The code that decides what a generated game is: part of the cache key, so an edit regenerates the games.
+GENERATOR_CODE = ("skillduet_plugin.envs.alfworld.generator", "skillduet_plugin.envs.alfworld.rooms",
+                  "skillduet_plugin.envs.alfworld.tasks")
+
+
+def generator_identity() -> dict[str, str]:
+    """The code and engine versions generated games depend on (with the split, count and seed, their key)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from skillduet_plugin.artefacts import code_digest
+
+    versions = {}
+    for package in ("textworld", "alfworld"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "none"
+    return {"code": code_digest(*GENERATOR_CODE), **versions}
+
+
 def default_data_root(n_per_type: int | None = None, seed: int = 0) -> Path:
-    """Where ``ensure_default_data`` keeps generated games (one folder per non-default setting)."""
+    """Where ``ensure_default_data`` keeps generated games: one folder per setting and generator version (so
+    processes running different code never share, nor replace, each other's games)."""
+    from skillduet_plugin.artefacts import digest_key
+
+    version = digest_key(generator_identity(), 12)
     if n_per_type is None and seed == 0:
-        return cache_root() / "alfworld_generated"
-    return cache_root() / f"alfworld_generated_n{n_per_type or 'default'}_seed{seed}"
+        return cache_root() / f"alfworld_generated-{version}"
+    return cache_root() / f"alfworld_generated_n{n_per_type or 'default'}_seed{seed}-{version}"
 
 
 def ensure_default_data(split: str = "train", n_per_type: int | None = None, seed: int = 0) -> Path:
     """The data root (holding ``json_2.1.1/<split>``) of our generated games, generating them on first use.
 
-    Generation goes to a temporary folder that is renamed into place, so concurrent callers never see a
-    half-written split.
+    A split is generated into a temporary folder, verified (a complete marker listing every file's sha256),
+    fsynced and renamed into place (``artefacts.building``): a generation killed midway is never used, and
+    concurrent callers never see a half-written split.
     """
+    from skillduet_plugin.artefacts import building, read_marker
+
     root = default_data_root(n_per_type, seed)
     split_dir = root / LAYOUT_DIR / split
-    if (split_dir / _COMPLETE).is_file():
-        return root
     n = n_per_type or DEFAULT_N_PER_TYPE.get(split, 4)
-    tmp = root / f".tmp-{split}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
+    key = {"artefact": "alfworld-games", "split": split, "n_per_type": n, "seed": seed, **generator_identity()}
+    if read_marker(split_dir, key) is not None:
+        return root
+    with building(split_dir, key) as tmp:
         generate_games(tmp, split, n_per_type=n, seed=seed)
-        (tmp / LAYOUT_DIR / split / _COMPLETE).write_text(json.dumps({"n_per_type": n, "seed": seed}))
-        split_dir.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(tmp / LAYOUT_DIR / split, split_dir)
-        except OSError:
-            if not (split_dir / _COMPLETE).is_file():  # not a concurrent winner: a real failure
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        produced = tmp / LAYOUT_DIR / split
+        for child in produced.iterdir():  # the split's own contents become the artefact folder
+            child.rename(tmp / child.name)
+        shutil.rmtree(tmp / LAYOUT_DIR)
     return root

@@ -1,0 +1,165 @@
+"""The warm-started model as a cache artefact: keyed by everything its weights depend on (and by nothing that
+only the RL method reads, so GRPO and SkillDuet runs of one setting share it), built with a budget in steps only
+(a progress bar and an up-front time estimate instead of a wall-clock cap), and written complete-or-absent
+(``artefacts.building``), so a warm start killed midway is rebuilt by the next run, never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.runs.warmstart import build_cloning_data, clone, play_expert
+
+FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-independent key
+
+# The code that decides what the warm-started weights are (cloning data layout, prompts, expert, loss, loop): part
+# of the cache key, so an edit of any of them re-clones instead of reusing a model the current code would not make.
+WARM_START_CODE = ("skillduet_plugin.runs.warmstart", "skillduet_plugin.runs.warmstart_cache",
+                   "skillduet_plugin.envs.prompts", "skillduet_plugin.envs.alfworld.expert",
+                   "skillduet_plugin.envs.alfworld.env", "skillduet_plugin.rollout.choice",
+                   "skillduet_plugin.rollout.conversation", "skillduet_plugin.rollout.engine",
+                   "skillduet_plugin.skills.inject",
+                   "skillduet_plugin.core.logprobs")
+
+
+def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
+    """Everything the warm-started weights depend on: the settings (base model identity, env and data identity,
+    expert, budget in steps, optimiser, episode limits, skill sections, seed), the code that builds and trains
+    on the cloning data, the torch version and the torch thread count (a different reduction split may change
+    the last bits). Method-only settings (the RL method, its skill budgets) are not in it: GRPO and SkillDuet
+    runs of one setting start from the same model."""
+    import torch
+
+    from skillduet_plugin.artefacts import code_digest
+
+    return {"artefact": "warm-start", "format": FORMAT_VERSION, **settings,
+            "code": code_digest(*WARM_START_CODE), "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def cache_key(settings: dict[str, Any]) -> str:
+    """The cache folder name (16 hex) of these settings: a digest of :func:`warm_start_key`."""
+    from skillduet_plugin.artefacts import digest_key
+
+    return digest_key(warm_start_key(settings))
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """The identity of a base model folder: the digest of its verified artefact marker (a tiny build: every
+    file's sha256), else of its config and weight file sizes."""
+    from skillduet_plugin.artefacts import read_marker
+
+    folder = Path(model_dir)
+    marker = read_marker(folder)
+    if marker is not None:
+        return hashlib.sha256(json.dumps(marker["files"], sort_keys=True).encode()).hexdigest()
+    parts = [(folder / "config.json").read_text()]
+    parts += [f"{p.name}:{p.stat().st_size}" for p in sorted(folder.glob("*.safetensors"))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Callable[[int], Any], games: int,
+                     expert: str = "search", episodes_per_game: int = 1, steps: int, batch_size: int,
+                     learning_rate: float, skill_fraction: float, max_turns: int, max_total_tokens: int,
+                     skill_token_budget: int, skill_position: str, seed: int, cache_root: str | Path,
+                     env_identity: dict[str, Any], log: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]]:
+    """The warm-started model folder for these settings: built once, then reused from ``cache_root``.
+
+    The folder is complete or absent (``artefacts.building``: built beside it, every file's sha256 in its
+    marker, fsynced, renamed into place), so a killed warm start is rebuilt, never reused. ``make_env(n)``
+    builds the training env limited to its first ``n`` tasks. Returns ``(folder, info)``; ``info`` is the
+    stored summary (``cached`` tells whether it was reused).
+    """
+    from skillduet_plugin.artefacts import building, read_marker
+
+    settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
+                "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,
+                "batch_size": batch_size, "learning_rate": learning_rate, "skill_fraction": skill_fraction,
+                "max_turns": max_turns, "max_total_tokens": max_total_tokens,
+                "skill_token_budget": skill_token_budget, "skill_position": skill_position, "seed": seed}
+    key = warm_start_key(settings)
+    out = Path(cache_root) / "warmstart" / cache_key(settings)
+    marker = read_marker(out, key)
+    if marker is not None:
+        info = {**marker["meta"], "cached": True}
+        log(f"warm start: reusing {out} ({info['steps']} cloning steps, loss {info['loss_last']:.3f})")
+        return out, info
+    info: dict[str, Any] = {}
+    with building(out, key, info) as tmp:
+        info.update(_build(tmp, base_model_dir, settings, make_env, log))
+    return out, {**info, "cached": False}
+
+
+def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], make_env: Callable[[int], Any],
+           log: Callable[[str], None]) -> dict[str, Any]:
+    """Play the expert, lay out and clone its episodes for ``settings["steps"]`` steps; save into ``folder``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    s = settings
+    t0 = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    chat = ChatTokenizer(tokenizer)
+    env = make_env(s["games"])
+    label = f"{s['expert']} expert" if callable(getattr(env, "searching_expert", None)) else "scripted expert"
+    try:
+        records = [play_expert(env, t, max_turns=s["max_turns"], kind=s["expert"], seed=k)
+                   for t in list(env.tasks)[:s["games"]] for k in range(s["episodes_per_game"])]
+    finally:
+        env.close()
+    episodes = build_cloning_data(records, s["env"], chat, max_total_tokens=s["max_total_tokens"],
+                                  skill_fraction=s["skill_fraction"], skill_token_budget=s["skill_token_budget"],
+                                  skill_position=s["skill_position"], seed=s["seed"])
+    build_s = time.time() - t0
+    won = sum(ep.won for ep in episodes)
+    log(f"warm start: {len(episodes)} {label} episodes ({won} won within {s['max_turns']} turns, "
+        f"{sum(ep.with_skill for ep in episodes)} with a skill section) in {build_s:.0f}s")
+    torch.manual_seed(s["seed"])
+    model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
+    progress = _progress(s["steps"], "warm start (behaviour cloning)")
+    estimate = _Estimate(s["steps"], log)
+
+    def on_step(k: int, loss: float) -> None:
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss:.3f}")
+        estimate.step(k)
+
+    try:
+        stats = clone(model, episodes, steps=s["steps"], batch_size=s["batch_size"],
+                      learning_rate=s["learning_rate"], seed=s["seed"], pad_token_id=chat.pad_token_id,
+                      on_step=on_step)
+    finally:
+        progress.close()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    info = {**stats, "episodes": len(episodes), "expert_won": won, "build_seconds": round(build_s, 2),
+            "settings": settings}
+    (folder / "warmstart.json").write_text(json.dumps(info, indent=2, default=str))
+    return info
+
+
+class _Estimate:
+    """Logs, after the first few steps, how long the whole budget will take at the rate measured so far (with
+    the load average, since a busy machine is slower but trains the same steps)."""
+
+    def __init__(self, total: int, log: Callable[[str], None], probe: int = 5) -> None:
+        self.total, self.log, self.probe, self.t0 = total, log, min(probe, total), time.time()
+
+    def step(self, k: int) -> None:
+        if k != self.probe or k == 0:
+            return
+        per_step = (time.time() - self.t0) / k
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        self.log(f"warm start: {self.total} cloning steps, about {per_step * self.total / 60:.1f} min at "
+                 f"{per_step:.2f} s/step (load average {load:.1f}); the steps, not the time, set the model")
+
+
+def _progress(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True)

@@ -22,7 +22,7 @@ def env_kwargs(config: RunConfig, split: str, limit: int = 0) -> dict[str, Any]:
 def data_identity(config: RunConfig, split: str) -> dict[str, Any]:
     """What a run's data of ``split`` is, for cache keys: the env, its keywords, and where they name no data
     folder, the generated data behind them (ALFWorld: the generator's code and engine versions, or the
-    ``$ALFWORLD_DATA`` folder; WebShop: the synthetic catalogue's generator version)."""
+    ``$ALFWORLD_DATA`` folder; WebShop: the synthetic catalogue's generator version and code)."""
     kw = env_kwargs(config, split)
     identity: dict[str, Any] = {"env": config.env, **kw}
     if kw.get("data_dir") is not None:
@@ -38,9 +38,9 @@ def data_identity(config: RunConfig, split: str) -> dict[str, Any]:
 
             identity["generated"] = generator_identity()
     elif config.env == "webshop":
-        from skillduet_plugin.envs.webshop.synthetic import GENERATOR_VERSION
+        from skillduet_plugin.envs.webshop.synthetic import catalogue_identity
 
-        identity["generated"] = {"webshop_synthetic": GENERATOR_VERSION}
+        identity["generated"] = catalogue_identity()
     return identity
 
 

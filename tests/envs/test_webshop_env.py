@@ -244,10 +244,10 @@ def test_goal_panel_is_deterministic_with_benchmark_splits(default_dir, monkeypa
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path))
     fresh = make("webshop", split="test")
     assert (fresh.catalogue.goals[:500] == test_a.catalogue.goals[:500])
-    generated = tmp_path / "webshop_synthetic" / "v1-n1000-seed0"
+    [generated] = (tmp_path / "webshop_synthetic").glob("v1-n1000-seed0-*")
     for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json"):
         assert (generated / name).read_bytes() == (default_dir / name).read_bytes()
-    assert not list(generated.glob(".*tmp"))  # atomic writes leave no temporaries
+    assert not list(generated.parent.glob(".tmp-*"))  # atomic writes leave no temporaries
 
 
 def test_synthetic_catalogue_uses_the_raw_schema():

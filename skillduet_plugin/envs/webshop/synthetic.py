@@ -5,7 +5,7 @@ descriptions, options, prices, some reviews) and gives about 41% of them a "Find
 benchmark's 1,000-product attribute file does. Passing ``vocabulary`` (records shaped like the values of
 ``items_ins_v2_1000.json``: ``attributes``, optional ``instruction`` + ``instruction_attributes``) builds one
 product per record around its real attributes and instruction instead. ``ensure_default_data`` writes the
-default catalogue once under ``$SKILLDUET_CACHE`` (or ``~/.cache/skillduet``), atomically.
+default catalogue once under ``$SKILLDUET_CACHE`` (or ``~/.cache/skillduet``), complete or absent.
 """
 
 from __future__ import annotations
@@ -217,10 +217,26 @@ def write_catalogue(directory: str | Path, products: list[dict[str, Any]],
     return directory
 
 
+def catalogue_identity() -> dict[str, Any]:
+    """The generator's version and code digest (with the size and seed, a generated catalogue's key)."""
+    from skillduet_plugin.artefacts import code_digest
+
+    return {"version": GENERATOR_VERSION, "code": code_digest("skillduet_plugin.envs.webshop.synthetic",
+                                                              "skillduet_plugin.envs.webshop.synthetic_types")}
+
+
 def ensure_default_data(num_products: int = 1000, seed: int = 0, cache_dir: str | Path | None = None) -> Path:
-    """The directory of the default synthetic catalogue, generated on first use."""
+    """The directory of the default synthetic catalogue, generated on first use: complete or absent
+    (``artefacts.building``: written beside it, verified by its files' sha256, fsynced, renamed into place), so
+    a generation killed midway is regenerated, never read."""
+    from skillduet_plugin.artefacts import building, read_marker
+
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    directory = root / "webshop_synthetic" / f"v{GENERATOR_VERSION}-n{num_products}-seed{seed}"
-    if not ((directory / "items_shuffle_1000.json").is_file() and (directory / "items_ins_v2_1000.json").is_file()):
-        write_catalogue(directory, *generate_catalogue(num_products, seed))
+    identity = catalogue_identity()
+    directory = (root / "webshop_synthetic" /
+                 f"v{GENERATOR_VERSION}-n{num_products}-seed{seed}-{identity['code'][:12]}")
+    key = {"artefact": "webshop-catalogue", "num_products": num_products, "seed": seed, **identity}
+    if read_marker(directory, key) is None:
+        with building(directory, key) as tmp:
+            write_catalogue(tmp, *generate_catalogue(num_products, seed))
     return directory

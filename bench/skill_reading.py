@@ -1,0 +1,121 @@
+"""Probe: does a warm-started model read its skill section? Teacher-forced on the searching expert's episodes of
+unseen games, each turn scores every admissible action (choose mode) with the first prompt holding no skill
+section, the procedure of a won train episode of the same task type (relevant), of another task type
+(irrelevant), or length-matched neutral text. A model that reads skills puts more probability on the expert's
+action with the relevant section than without or with the others.
+
+    python bench/skill_reading.py --steps 300          # warm start as the demo's, with 300 cloning steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import _common  # noqa: E402,F401  (offline environment variables)
+
+CONDITIONS = ("none", "relevant", "irrelevant", "neutral")
+
+
+def _segments(mask: list[int]) -> list[int]:
+    """Start offsets of the policy segments (runs of 1) in a completion mask."""
+    return [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
+
+
+def probe(model, chat, records, donors, env_name: str, max_total_tokens: int, budget: int, seed: int) -> dict:
+    import torch
+
+    from skillduet_plugin.rollout.choice import action_response, candidate_logprobs
+    from skillduet_plugin.runs.evaluate import neutral_text
+    from skillduet_plugin.runs.warmstart import layout_episode, procedure_text
+    from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
+
+    rng = random.Random(seed)
+    stats = {c: {"hits": 0, "turns": 0, "logp": []} for c in CONDITIONS}
+    for rec in records:
+        same = [d for d in donors if d.scope == rec.scope]
+        other = [d for d in donors if d.scope != rec.scope]
+        relevant = procedure_text(rng.choice(same).actions) if same else None
+        irrelevant = procedure_text(rng.choice(other).actions)
+        texts = {"none": None, "relevant": relevant, "irrelevant": irrelevant,
+                 "neutral": neutral_text(len(chat.encode(relevant or irrelevant)), chat.tokenizer)}
+        for cond, text in texts.items():
+            if cond != "none" and text is None:
+                continue
+            insert = None
+            if text is not None:
+                section = skill_section(GLOBAL_HEADER, text, budget, chat.tokenizer)
+                insert = (lambda m, t, s, sec=section: insert_sections(m, [sec], task=t, position="after_task"))
+            ep = layout_episode(rec, env_name, chat, max_total_tokens=max_total_tokens, skill_sections=insert)
+            starts = _segments(ep.tokens.completion_mask)
+            for k, action in enumerate(ep.actions):
+                context = ep.tokens.prompt_ids + ep.tokens.completion_ids[:starts[k]]
+                options = rec.admissible[k] if action in rec.admissible[k] else rec.admissible[k] + [action]
+                cands = [chat.encode(action_response(a)) + [chat.eos_token_id] for a in options]
+                with torch.no_grad():
+                    scores = torch.tensor(candidate_logprobs(model, context, cands))
+                logp = scores.log_softmax(-1)[options.index(action)].item()
+                s = stats[cond]
+                s["turns"] += 1
+                s["hits"] += int(int(scores.argmax()) == options.index(action))
+                s["logp"].append(logp)
+    return {c: {"turns": s["turns"], "accuracy": round(s["hits"] / max(1, s["turns"]), 4),
+                "mean_logp_expert": round(statistics.fmean(s["logp"]), 4) if s["logp"] else None}
+            for c, s in stats.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="warm-start cloning steps")
+    parser.add_argument("--skill-fraction", type=float, default=0.5)
+    parser.add_argument("--panel", default="valid_unseen")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skillduet_plugin.rollout.conversation import ChatTokenizer
+    from skillduet_plugin.runs.config import load_run_config
+    from skillduet_plugin.runs.environment import make_env
+    from skillduet_plugin.runs.rundir import cache_dir, resolve_model
+    from skillduet_plugin.runs.trl_runner import set_threads, warm_start_settings
+    from skillduet_plugin.runs.warmstart import play_expert
+    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+
+    config = load_run_config(None, [f"warm_start.steps={args.steps}", f"seed={args.seed}",
+                                    f"warm_start.skill_fraction={args.skill_fraction}"])
+    set_threads(config)
+    t0 = time.time()
+    folder, info = warm_start_model(resolve_model(config.model, seed=config.seed),
+                                    make_env=lambda n: make_env(config, config.train_split, n),
+                                    cache_root=cache_dir(), **warm_start_settings(config))
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    from transformers import AutoTokenizer
+
+    chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))
+    train_env = make_env(config, config.train_split)
+    donors = [r for r in (play_expert(train_env, t, max_turns=config.max_turns, seed=0)
+                          for t in list(train_env.tasks)[:config.warm_start.games]) if r.won]
+    panel_env = make_env(config, args.panel)
+    records = [play_expert(panel_env, t, max_turns=config.max_turns, seed=0) for t in panel_env.tasks]
+    result = probe(model, chat, records, donors, config.env, config.max_total_tokens,
+                   config.warm_start.skill_token_budget, args.seed)
+    out = {"steps": args.steps, "skill_fraction": args.skill_fraction, "panel": args.panel,
+           "games": len(records), "warm_start_loss": info.get("loss_last"), "result": result,
+           "seconds": round(time.time() - t0, 1), "load1": _common.os.getloadavg()[0]}
+    print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -97,6 +97,11 @@ def main() -> None:
                   f"{max(r['max_s'] for r in mine):.3f} |")
     losses = {(r["threads"]): r["loss"] for r in rows}
     print(f"\nfinal loss bits per thread count: {losses}")
+    if 1 in args.threads and 2 in args.threads and 1 in args.busy:
+        def med(t: int) -> float:
+            return statistics.median(r["s_per_step"] for r in rows if r["threads"] == t and r["busy"] == 1)
+
+        print(f"busy_2_threads_over_1 {med(2) / med(1):.2f}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 SELECTORS = ("strength", "utility", "contrast", "random")
-HELDOUT_POLICIES = ("same_scope", "same_scope_other_tasks", "any")
+HELDOUT_POLICIES = ("teacher", "same_scope", "same_scope_other_tasks", "any")
 SCOPE_KINDS = ("task_type", "task", "single")
 SKILL_POSITIONS = ("after_task", "system", "user_start")
 OPD_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -101,9 +101,14 @@ class SkillDuetConfig:
         use_global: inject the Global into rollout prompts. False is the "Local-only" ablation.
         extract_local: run the analyzer each step. False (with opd_coef=0, use_global=False) is plain GRPO.
         scope: what a Global serves: the task type (default), each task, or one Global for everything.
-        heldout: which trajectories score a candidate: same scope minus its sources (default), same scope
-            minus its whole task group, or any trajectory except its sources.
-        max_heldout: cap on |H_L| per candidate (cost is one skill-conditioned forward per pair).
+        heldout: which trajectories score a candidate. ``teacher`` (default): the trajectories that have the
+            candidate as OPD teacher context and did not produce it, read from the teacher pass at no extra
+            forward, plus budgeted extra forwards for candidates without any (``skills.teacher_scoring``);
+            the pairwise estimator (one forward per candidate and trajectory): ``same_scope`` (same scope minus
+            its sources), ``same_scope_other_tasks`` (minus its whole task group), ``any`` (any but its sources).
+        max_heldout: cap on |H_L| per candidate for the pairwise estimator and the extra rows of ``teacher``.
+        scoring_budget: with ``heldout=teacher``, the extra scoring forwards of a step process at most this
+            fraction of the step's rollout tokens (prompt + completion); 0 scores from the teacher pass only.
         skill_token_budget: token budget of a scope's Global (policy tokenizer); longer Globals are compressed.
         local_skill_token_budget: token budget of one Local skill inside a teacher prompt.
         max_skill_chars: hard cap on any skill text coming back from an LLM (untrusted output).
@@ -122,8 +127,9 @@ class SkillDuetConfig:
     use_global: bool = True
     extract_local: bool = True
     scope: str = "task_type"
-    heldout: str = "same_scope"
+    heldout: str = "teacher"
     max_heldout: int = 8
+    scoring_budget: float = 0.25
     skill_token_budget: int = 1024
     local_skill_token_budget: int = 256
     max_skill_chars: int = 4000
@@ -155,6 +161,7 @@ class SkillDuetConfig:
         _check_choice("scope", self.scope, SCOPE_KINDS)
         _check_choice("heldout", self.heldout, HELDOUT_POLICIES)
         _check_number("max_heldout", self.max_heldout, lo=1, integer=True)
+        _check_number("scoring_budget", self.scoring_budget, lo=0)
         _check_number("skill_token_budget", self.skill_token_budget, lo=16, integer=True)
         _check_number("local_skill_token_budget", self.local_skill_token_budget, lo=8, integer=True)
         _check_number("max_skill_chars", self.max_skill_chars, lo=32, integer=True)

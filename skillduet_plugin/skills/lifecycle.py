@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -25,8 +25,10 @@ from skillduet_plugin.skills.inject import (GLOBAL_HEADER, LOCAL_HEADER, global_
                                            skill_section)
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
-from skillduet_plugin.skills.scoring import score_skills
+from skillduet_plugin.skills.scoring import SkillScore, score_skills
 from skillduet_plugin.skills.similarity import SimilarityFn, embedding_matrix_fn
+from skillduet_plugin.skills.teacher_scoring import (ScoringPlan, plan_scoring, score_from_plan,
+                                                     score_teacher_pass, step_tokens)
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -219,15 +221,71 @@ class SkillLifecycle:
                                          global_version=traj.global_version)
         return self.chat_tokenizer().prompt_ids(msgs)
 
-    def score(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
-              logprob_fn: LogprobFn) -> dict[str, dict[str, float | None]]:
-        """Strength/Utility/Contrast of ``skills`` on held-out ``trajectories`` with ONE ``logprob_fn`` call;
-        cached on the candidates in the bank (when writing). Returns ``{skill_id: {strength, utility, contrast,
-        n_heldout}}``."""
+    def score(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory], logprob_fn: LogprobFn, *,
+              teacher_logps: Mapping[str, Any] | None = None,
+              assignment: Mapping[str, str] | None = None) -> dict[str, dict[str, float | None]]:
+        """Strength/Utility/Contrast of ``skills`` on held-out ``trajectories``, cached on the candidates in the
+        bank (when writing). Returns ``{skill_id: {strength, utility, contrast, n_heldout}}``.
+
+        ``heldout="teacher"``: ``teacher_logps`` (traj_id -> the teacher pass's per-token log-probs) supply the
+        free rows, ``assignment`` (traj_id -> teacher skill_id; default ``Trajectory.local_skill_id``) says
+        which skill each trajectory was distilled from; rows the caller did not supply and the budgeted extra
+        rows go through ONE ``logprob_fn`` call. The pairwise policies: ONE call over every (skill, row) pair.
+        """
         if not skills:
             return {}
-        scores = score_skills(skills, trajectories, logprob_fn, self._context_ids, policy=self.config.heldout,
-                              max_heldout=self.config.max_heldout)
+        if self.config.heldout != "teacher":
+            scores = score_skills(skills, trajectories, logprob_fn, self._context_ids, policy=self.config.heldout,
+                                  max_heldout=self.config.max_heldout)
+            return self.record_scores(skills, trajectories, scores)
+        need_base = [t for t in trajectories if t.base_logps is None and t.split == "train" and t.completion_ids]
+        if need_base:  # callers without old log-probs (e.g. the score command): one student forward
+            values = logprob_fn([self._context_ids(t, None) for t in need_base],
+                                [list(t.completion_ids or []) for t in need_base])
+            for t, v in zip(need_base, values):
+                t.base_logps = v.detach().float().cpu().tolist()
+        scores, plan = score_teacher_pass(
+            skills, trajectories, self._assignment(trajectories, assignment), teacher_logps or {}, logprob_fn,
+            self._context_ids, budget_tokens=self.scoring_budget_tokens(trajectories),
+            max_heldout=self.config.max_heldout, similarity=self._scoring_similarity(),
+            dedupe_threshold=self.config.dedupe_threshold)
+        return self.record_scores(skills, trajectories, scores, plan)
+
+    def plan_scores(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
+                    assignment: Mapping[str, str] | None = None) -> ScoringPlan:
+        """``heldout="teacher"`` in two phases (trainers whose base log-probs arrive after the rollout): the
+        rows of every candidate; run ``teacher_scoring.paid_logprobs`` with the rollout weights, then
+        :meth:`finish_scores` once the teacher and base log-probs are known."""
+        return plan_scoring(skills, trajectories, self._assignment(trajectories, assignment),
+                            context_fn=self._context_ids, budget_tokens=self.scoring_budget_tokens(trajectories),
+                            max_heldout=self.config.max_heldout, similarity=self._scoring_similarity(),
+                            dedupe_threshold=self.config.dedupe_threshold)
+
+    def finish_scores(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory], plan: ScoringPlan,
+                      teacher_logps: Mapping[str, Any], paid: Mapping[tuple[str, str], torch.Tensor], *,
+                      base_logps: Mapping[str, Any] | None = None) -> dict[str, dict[str, float | None]]:
+        """Score and record from a :meth:`plan_scores` plan (no forward)."""
+        scores = score_from_plan(skills, trajectories, plan, teacher_logps, paid, base_logps=base_logps)
+        return self.record_scores(skills, trajectories, scores, plan)
+
+    def scoring_budget_tokens(self, trajectories: Sequence[Trajectory]) -> int:
+        """The step's budget of extra scoring tokens: ``scoring_budget`` x its rollout tokens."""
+        return int(self.config.scoring_budget * step_tokens(trajectories))
+
+    def _assignment(self, trajectories: Sequence[Trajectory], assignment: Mapping[str, str] | None) -> dict[str, str]:
+        if assignment is not None:
+            return dict(assignment)
+        return {t.traj_id: t.local_skill_id for t in trajectories if t.local_skill_id}
+
+    def _scoring_similarity(self) -> SimilarityFn | None:
+        # Near-duplicate detection before scoring uses the lexical similarity unless the caller configured
+        # one: loading an embedding model on every step's hot path would cost more than it saves.
+        return self._similarity if callable(self._similarity) else None
+
+    def record_scores(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
+                      scores: Mapping[str, SkillScore],
+                      plan: ScoringPlan | None = None) -> dict[str, dict[str, float | None]]:
+        """Cache ``scores`` on the candidates in the bank (when writing) and in the step metrics."""
         if self.write:
             scored_step = max((t.step for t in trajectories), default=None)
             by_step: dict[int, dict[str, dict]] = {}
@@ -239,8 +297,10 @@ class SkillLifecycle:
         strengths = [sc.strength for sc in scores.values() if sc.strength is not None]
         self._last["skills/strength_mean"] = sum(strengths) / len(strengths) if strengths else 0.0
         self._last["skills/strength_max"] = max(strengths, default=0.0)
-        self._last["skills/heldout_mean"] = sum(sc.n_heldout for sc in scores.values()) / len(scores)
+        self._last["skills/heldout_mean"] = sum(sc.n_heldout for sc in scores.values()) / max(1, len(scores))
         self._last["skills/unscored"] = float(sum(sc.strength is None for sc in scores.values()))
+        if plan is not None:
+            self._last.update({f"skills/{k}": v for k, v in plan.stats().items()})
         return {sid: {"strength": sc.strength, "utility": sc.utility, "contrast": sc.contrast,
                       "n_heldout": float(sc.n_heldout)} for sid, sc in scores.items()}
 

@@ -1,6 +1,8 @@
-"""Response-based scoring of Local candidates (Strength, Utility, Contrast) on held-out trajectories.
+"""Response-based scoring of Local candidates (Strength, Utility, Contrast) on held-out trajectories, and the
+registry of selectors that rank candidates at consolidation.
 
-For a candidate L, ``H_L`` holds trajectories that did not produce L (policy ``config.heldout``), capped at
+This module holds the pairwise estimator (``heldout`` = same_scope / same_scope_other_tasks / any); the default
+estimator that reads the teacher pass (``heldout="teacher"``) is ``skills.teacher_scoring``. For a candidate L, ``H_L`` holds trajectories that did not produce L (policy ``config.heldout``), capped at
 ``config.max_heldout`` by a deterministic per-skill order. For each r in H_L the skill-conditioned log-probs of
 r's completion come from ONE batched ``logprob_fn`` call over every (L, r) pair of the round; the base
 log-probs are r's own old log-probs (``Trajectory.base_logps``) when present, otherwise they join the same call
@@ -21,6 +23,59 @@ from skillduet_plugin.skills.types import Skill, Trajectory
 
 LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
 ContextFn = Callable[[Trajectory, Skill | None], list[int]]
+# selector(shifts, advantages, successes) -> the candidate's score (None: undefined, ranks last)
+SelectorFn = Callable[[Sequence[float], Sequence[float], Sequence[bool]], "float | None"]
+PAIRWISE_POLICIES = ("same_scope", "same_scope_other_tasks", "any")
+
+_SELECTORS: dict[str, SelectorFn] = {}
+
+
+def register_selector(name: str) -> Callable[[SelectorFn], SelectorFn]:
+    """Register ``fn(shifts, advantages, successes) -> float | None`` as the selector ``name``.
+
+    Every registered selector is computed for each candidate and cached in the bank under its name;
+    ``config.selector`` picks the one that ranks candidates at consolidation.
+    """
+    def add(fn: SelectorFn) -> SelectorFn:
+        if name in _SELECTORS and _SELECTORS[name] is not fn:
+            raise ValueError(f"selector {name!r} is already registered")
+        _SELECTORS[name] = fn
+        return fn
+
+    return add
+
+
+def get_selector(name: str) -> SelectorFn:
+    """The selector registered as ``name``; the error lists the registered names."""
+    if name not in _SELECTORS:
+        raise KeyError(f"selector={name!r} is not registered: registered selectors are "
+                       f"{', '.join(sorted(_SELECTORS))} (add one with @register_selector)")
+    return _SELECTORS[name]
+
+
+def registered_selectors() -> tuple[str, ...]:
+    return tuple(_SELECTORS)
+
+
+@register_selector("strength")
+def _strength(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
+    return strength(shifts)
+
+
+@register_selector("utility")
+def _utility(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
+    return utility(shifts, advantages) if len(shifts) else None
+
+
+@register_selector("contrast")
+def _contrast(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
+    return contrast(shifts, successes) if len(shifts) else None
+
+
+@register_selector("random")
+def _random(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
+    # Random ranking draws its order at consolidation (core.scores.select_top with the seeded rng): no score.
+    return None
 
 
 @dataclass
@@ -69,9 +124,9 @@ def heldout_set(skill: Skill, trajectories: Sequence[Trajectory], policy: str, m
             continue
         if policy == "same_scope_other_tasks" and t.task_id in source_tasks:
             continue
-        if policy not in ("same_scope", "same_scope_other_tasks", "any"):
-            raise ValueError(f"heldout={policy!r} is invalid: allowed values are same_scope, "
-                             "same_scope_other_tasks, any")
+        if policy not in PAIRWISE_POLICIES:
+            raise ValueError(f"heldout={policy!r} is invalid here: the pairwise estimator takes "
+                             f"{', '.join(PAIRWISE_POLICIES)} (heldout='teacher' is skills.teacher_scoring)")
         pool.append(t)
     pool.sort(key=lambda t: _order_key(skill.skill_id, t.traj_id))
     return pool[:max_heldout]
@@ -96,42 +151,55 @@ def score_skills(skills: Sequence[Skill], trajectories: Sequence[Trajectory], lo
     if len(outputs) != len(contexts):
         raise RuntimeError(f"logprob_fn returned {len(outputs)} tensors for {len(contexts)} sequences")
     outputs = [o.detach().float().cpu().reshape(-1) for o in outputs]
-    base_of = {r.traj_id: outputs[len(pairs) + i] for i, r in enumerate(need_base)}
+    base_of: dict[str, object] = {r.traj_id: outputs[len(pairs) + i] for i, r in enumerate(need_base)}
 
-    shifts_all = torch.empty(0)
-    if pairs:
-        skill_rows, base_rows, mask_rows = [], [], []
-        for (s, r), lp in zip(pairs, outputs):
-            n = len(r.completion_ids or [])
-            base = torch.tensor(r.base_logps, dtype=torch.float32) if r.base_logps is not None else base_of[r.traj_id]
-            mask = torch.tensor(r.completion_mask, dtype=torch.float32)
-            for name, vec in (("logprob_fn output", lp), ("base_logps", base), ("completion_mask", mask)):
-                if vec.shape[0] != n:
-                    raise ValueError(f"trajectory {r.traj_id}: {name} has {vec.shape[0]} entries but "
-                                     f"completion_ids has {n}; they must align token by token")
-            skill_rows.append(lp)
-            base_rows.append(base)
-            mask_rows.append(mask)
-        skill_lp, _ = pad_logprobs(skill_rows)
-        base_lp, _ = pad_logprobs(base_rows, length=skill_lp.shape[1])
-        mask_t, _ = pad_logprobs(mask_rows, length=skill_lp.shape[1])
-        shifts_all = response_shift(skill_lp, base_lp, mask_t)
-
+    base_of.update({r.traj_id: r.base_logps for _, r in pairs if r.base_logps is not None})
+    shifts_all = row_shifts([(r, lp, base_of[r.traj_id]) for (_, r), lp in zip(pairs, outputs)])
     results: dict[str, SkillScore] = {}
     offset = 0
     for skill in skills:
         rs = heldout[skill.skill_id]
-        shifts = shifts_all[offset: offset + len(rs)].tolist()
+        results[skill.skill_id] = summarize(skill.skill_id, rs, shifts_all[offset: offset + len(rs)])
         offset += len(rs)
-        notes = []
-        if not rs:
-            notes.append("no_heldout")
-        s_val = strength(shifts)
-        u_val = utility(shifts, [float(r.advantage) for r in rs]) if rs else None
-        c_val = contrast(shifts, [bool(r.success) for r in rs]) if rs else None
-        if rs and c_val is None:
-            has_pos = any(r.success for r in rs)
-            notes.append("contrast_undefined:" + ("no_failure_heldout" if has_pos else "no_success_heldout"))
-        results[skill.skill_id] = SkillScore(skill.skill_id, s_val, u_val, c_val, len(rs),
-                                             {r.traj_id: v for r, v in zip(rs, shifts)}, ";".join(notes))
     return results
+
+
+def row_shifts(rows: Sequence[tuple[Trajectory, torch.Tensor, Sequence[float] | torch.Tensor]]) -> list[float]:
+    """Delta_r of each ``(r, skill-conditioned log-probs, base log-probs)`` row, in one padded batch."""
+    if not rows:
+        return []
+    skill_rows, base_rows, mask_rows = [], [], []
+    for r, lp, base in rows:
+        n = len(r.completion_ids or [])
+        lp = torch.as_tensor(lp).detach().float().cpu().reshape(-1)
+        base = torch.as_tensor(base, dtype=torch.float32).detach().cpu().reshape(-1)
+        mask = torch.tensor(r.completion_mask, dtype=torch.float32)
+        for name, vec in (("skill-conditioned log-probs", lp), ("base_logps", base), ("completion_mask", mask)):
+            if vec.shape[0] != n:
+                raise ValueError(f"trajectory {r.traj_id}: {name} has {vec.shape[0]} entries but "
+                                 f"completion_ids has {n}; they must align token by token")
+        skill_rows.append(lp)
+        base_rows.append(base)
+        mask_rows.append(mask)
+    skill_lp, _ = pad_logprobs(skill_rows)
+    base_lp, _ = pad_logprobs(base_rows, length=skill_lp.shape[1])
+    mask_t, _ = pad_logprobs(mask_rows, length=skill_lp.shape[1])
+    return response_shift(skill_lp, base_lp, mask_t).tolist()
+
+
+def summarize(skill_id: str, heldout: Sequence[Trajectory], shifts: Sequence[float],
+              notes: Sequence[str] = ()) -> SkillScore:
+    """The registered scores of one candidate from its held-out rows and their shifts."""
+    shifts = list(shifts)
+    notes = list(notes)
+    if not heldout:
+        notes.append("no_heldout")
+    advantages = [float(r.advantage) for r in heldout]
+    successes = [bool(r.success) for r in heldout]
+    values = {name: get_selector(name)(shifts, advantages, successes) for name in ("strength", "utility",
+                                                                                   "contrast")}
+    if heldout and values["contrast"] is None:
+        has_pos = any(successes)
+        notes.append("contrast_undefined:" + ("no_failure_heldout" if has_pos else "no_success_heldout"))
+    return SkillScore(skill_id, values["strength"], values["utility"], values["contrast"], len(heldout),
+                      {r.traj_id: v for r, v in zip(heldout, shifts)}, ";".join(notes))

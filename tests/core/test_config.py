@@ -21,7 +21,7 @@ def test_paper_defaults():
     ("consolidation_interval", 2.5, "consolidation_interval=2.5 is invalid: expected an integer"),
     ("opd_coef", -0.1, "opd_coef=-0.1 is invalid: must be >= 0"),
     ("gate_beta", "5", "gate_beta='5' is invalid: expected a number"),
-    ("heldout", "all", "heldout='all' is invalid: allowed values are same_scope"),
+    ("heldout", "all", "heldout='all' is invalid: allowed values are teacher, same_scope"),
     ("opd_agg", "sum", "opd_agg='sum' is invalid"),
     ("use_global", "yes", "use_global='yes' is invalid: expected true or false"),
     ("skill_position", "end", "skill_position='end' is invalid"),

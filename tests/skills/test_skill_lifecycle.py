@@ -44,7 +44,7 @@ def _run(lc: SkillLifecycle, chat: ChatTokenizer, steps) -> list:
     for step in steps:
         trajs = _step_trajectories(step, chat, lc)
         result = lc.extract(trajs, step)
-        lc.score(result.skills, trajs, _length_logprob_fn)
+        lc.score(result.skills, trajs, _length_logprob_fn, assignment=result.assignment)
         out.append((result, lc.end_step(step)))
     return out
 

@@ -6,7 +6,8 @@ A thin mixin over TRL's private hooks (the pattern TRL's own GRPO subclasses use
   trajectories, extract Local skills (main process, one batched analyzer call), compute the teacher
   log-probs of each trajectory under its Local skill, and score the new skills with the rollout weights.
 - ``_get_per_token_logps_and_entropies``: capture the student log-probs of TRL's own loss forward, so the OPD
-  term needs no second student forward.
+  term needs no second student forward; with ``heldout="teacher"`` the same capture (and the teacher row of the
+  OPD term) is what Strength reads: scoring finishes at the end of the step without a forward of its own.
 - ``_compute_loss``: TRL's loss plus ``opd_coef * L_OPD``, with L_OPD Eq. 1 over the whole generation batch
   (its supervised-token count summed over micro-batches and ranks, as TRL counts tokens for its own loss).
 
@@ -66,6 +67,10 @@ class SkillDuetMixin:
         self._episodes: list = []
         self._opd_capture = False
         self._captured_logps: torch.Tensor | None = None
+        # heldout="teacher": plans waiting for their rows' loss-forward log-probs, and those rows by traj_id
+        self._pending_scores: list[tuple[Any, ...]] = []
+        self._score_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
+        self._row_traj_ids: list[str] = []
         if reward_funcs is None:
             reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
         if train_dataset is None:
@@ -167,7 +172,10 @@ class SkillDuetMixin:
                 teacher_prompts[i] = ids
                 has_skill[i] = 1.0
             if cfg.use_global:
-                self._score(result.skills, trajs)
+                self._score(result.skills, trajs, result.assignment)
+                if self._scores_from_loss():
+                    self._row_traj_ids = [t.traj_id for t in trajs]
+                    output["skillduet_row"] = torch.arange(batch, device=device)
             self._log_skill_metrics(mode, result, has_skill)
         self.last_rollout.update(trajectories=trajs, local_skills=local_skills, teacher_prompt_ids=teacher_prompts)
         if cfg.opd_coef > 0:
@@ -193,7 +201,8 @@ class SkillDuetMixin:
         if advantages.dim() > 1:
             advantages = advantages.mean(dim=1)
         base: Sequence[Sequence[float] | None] = [None] * len(self._episodes)
-        if self.skillduet.use_global:
+        if self.skillduet.use_global and (not self._scores_from_loss() or output.get("old_per_token_logps")
+                                          is not None):
             base = self._base_logps(output)
         offset = self.accelerator.process_index * len(self._episodes)
         return [to_trajectory(ep, step=step, traj_id=f"{step}-{ep.task_id}-{offset + i}",
@@ -224,17 +233,69 @@ class SkillDuetMixin:
             broadcast_object_list(holder, from_process=0)
         return holder[0]
 
-    def _score(self, skills: Sequence[Skill], trajs: list[Trajectory]) -> None:
-        """Strength/Utility/Contrast of the new skills on held-out trajectories (main process, rollout weights)."""
+    def _scores_from_loss(self) -> bool:
+        """True when Strength reads the OPD teacher pass and TRL's loss forward (``heldout="teacher"``)."""
+        return self.skillduet.heldout == "teacher" and self.skillduet.opd_coef > 0
+
+    def _score(self, skills: Sequence[Skill], trajs: list[Trajectory], assignment: dict[str, str]) -> None:
+        """Score the new skills with the rollout weights (main process).
+
+        ``heldout="teacher"`` with OPD on: only the budgeted extra forwards run now; the free rows' teacher and
+        base log-probs are captured from the loss forwards and :meth:`_finish_scores` scores at the step's end.
+        Otherwise (pairwise estimator, or no teacher pass with ``opd_coef=0``) everything is computed now.
+        """
         if not skills or not self.accelerator.is_main_process:
             return
         model = self.accelerator.unwrap_model(self.model)
         was_training = model.training
         model.eval()
         try:
-            self.lifecycle.score(skills, self._step_trajectories, self._logprob_fn())
+            if self._scores_from_loss():
+                from skillduet_plugin.skills.teacher_scoring import paid_logprobs
+
+                plan = self.lifecycle.plan_scores(skills, self._step_trajectories, assignment)
+                paid = paid_logprobs(plan, self._step_trajectories, self._logprob_fn())
+                self._pending_scores.append((list(skills), list(self._step_trajectories), plan, paid))
+            else:
+                self.lifecycle.score(skills, self._step_trajectories, self._logprob_fn(), assignment=assignment)
         finally:
             model.train(was_training)
+
+    def _capture_score_rows(self, inputs: dict[str, Any], student: torch.Tensor, teacher: torch.Tensor) -> None:
+        """Keep each row's first loss-forward log-probs (rollout weights: TRL computes no old log-probs only when
+        no optimizer step falls between a generation and its loss forwards) and its teacher row."""
+        rows = inputs.get("skillduet_row")
+        if rows is None:
+            return
+        has_teacher = inputs["opd_mask"].sum(dim=1) > 0
+        for j, row in enumerate(rows.tolist()):
+            if row >= len(self._row_traj_ids):
+                continue
+            traj_id = self._row_traj_ids[row]
+            if traj_id in self._score_rows:
+                continue
+            t_row = teacher[j].detach().float().cpu() if bool(has_teacher[j]) else None
+            self._score_rows[traj_id] = (t_row, student[j].detach().float().cpu())
+
+    def _finish_scores(self) -> None:
+        """Score the pending plans from the captured rows (all processes' rows gathered to the main one)."""
+        if not self._scores_from_loss():
+            return
+        rows, self._score_rows = self._score_rows, {}
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            merged: dict[str, Any] = {}
+            for part in gather_object([rows]):
+                merged.update(part)
+            rows = merged
+        pending, self._pending_scores = self._pending_scores, []
+        for skills, trajs, plan, paid in pending:
+            lengths = {t.traj_id: len(t.completion_ids or []) for t in trajs}
+            teacher = {tid: r[0][:lengths[tid]] for tid, r in rows.items() if tid in lengths and r[0] is not None}
+            base = {tid: r[1][:lengths[tid]] for tid, r in rows.items() if tid in lengths}
+            base.update({t.traj_id: t.base_logps for t in trajs if t.base_logps is not None})  # TRL's old ones
+            self.lifecycle.finish_scores(skills, trajs, plan, teacher, paid, base_logps=base)
 
     def _logprob_fn(self):
         """``logprob_fn(contexts, responses)`` on the unwrapped policy, no grad, temperature-scaled like TRL."""
@@ -316,6 +377,8 @@ class SkillDuetMixin:
         if student is None:
             raise RuntimeError("the student log-probs of TRL's loss forward were not captured: "
                                "GRPOTrainer._compute_loss no longer calls _get_per_token_logps_and_entropies")
+        if mode == "train":
+            self._capture_score_rows(inputs, student, teacher)
         _, stats = opd_loss(student.detach(), teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
         for key, value in stats.items():
             self._metrics[mode][key].append(value)
@@ -347,6 +410,7 @@ class SkillDuetMixin:
         """
         if self.lifecycle is None or not self.skillduet.use_global:
             return
+        self._finish_scores()
         if self.accelerator.is_main_process:
             self.lifecycle.end_step(step)
         self._sync_bank()

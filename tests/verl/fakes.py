@@ -40,7 +40,8 @@ class FakeLifecycle:
         self.calls.append(("teacher_messages", global_version))
         return insert_sections(prompt_messages, [f"{LOCAL_HEADER}\n{local_skill.text}"], task=task)
 
-    def score(self, skills, trajectories, logprob_fn):
+    def score(self, skills, trajectories, logprob_fn, teacher_logps=None, assignment=None):
+        self.teacher_logps, self.assignment = teacher_logps, assignment
         contexts = [t.prompt_ids for t in trajectories]
         responses = [t.completion_ids for t in trajectories]
         values = logprob_fn(contexts, responses)

@@ -150,6 +150,10 @@ def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch,
     assert name == "score" and len(skill_ids) == 2
     assert advantages == pytest.approx([0.0, 1.0, 2.0])  # trajectory-mean advantages for the Utility score
     assert [len(v) for v in values] == [len(r) for r in responses[:3]]
+    # heldout="teacher": the teacher rows just computed are the free scoring rows (keyed by trajectory)
+    assert sorted(lifecycle.teacher_logps) == ["k0", "k2"]
+    for key, row in (("k0", 0), ("k2", 2)):
+        assert torch.equal(lifecycle.teacher_logps[key], teacher[row])
 
     trainer.on_step_end()
     assert lifecycle.calls[-1] == ("end_step", 10)

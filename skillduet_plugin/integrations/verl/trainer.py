@@ -2,7 +2,9 @@
 
 Per step, on top of ``PPOTrainerSync``: after the old log-probs, the step's trajectories go to Local extraction
 and every trajectory with a Local skill gets teacher log-probs (same response tokens, skill-augmented prompt,
-current actor weights); after the advantages, the Local skills are scored on held-out trajectories; the actor
+current actor weights); after the advantages, the Local skills are scored on held-out trajectories (``heldout="teacher"``:
+from the teacher log-probs just computed and the old log-probs, plus budgeted extra rows only where a candidate
+has none); the actor
 trains with the SkillDuet engine loss (installed once at init); after the rollout weights are synced, the
 lifecycle consolidates every ``consolidation_interval`` steps and the new Globals are published cluster-wide.
 The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and restored on resume.
@@ -50,6 +52,7 @@ class SkillDuetTrainer(PPOTrainerSync):
         self.global_server: Any = None
         self._extraction = ExtractionResult()
         self._trajectories: list = []
+        self._teacher_rows: dict[str, torch.Tensor] = {}  # traj_id -> teacher log-probs (free scoring rows)
         self._scopes: set[str] = set()
         self._checkpoint_folder: str | None = None
 
@@ -132,7 +135,7 @@ class SkillDuetTrainer(PPOTrainerSync):
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
         batch = super()._compute_old_log_prob(batch, metrics)
         method = self.skillduet.method
-        self._extraction, self._trajectories = ExtractionResult(), []
+        self._extraction, self._trajectories, self._teacher_rows = ExtractionResult(), [], {}
         if not method.extract_local:
             return batch
         data = self._tq_get(batch, ["prompts", "responses", "response_mask", "old_log_probs", "extra_fields"])
@@ -164,6 +167,8 @@ class SkillDuetTrainer(PPOTrainerSync):
             values = self._logprob_fn([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
             for i, value in zip(rows, values):
                 teacher[i] = value
+        traj_of = {row: traj.traj_id for row, traj in self._trajectories}
+        self._teacher_rows = {traj_of[i]: teacher[i] for i in rows if i in traj_of}
         opd_mask = opd_token_weights(masks, plan.has_skill)  # Eq. 1 over the whole batch (loss.py)
         metrics["skillduet/opd_trajectory_ratio"] = plan.num_supervised / max(1, len(self._trajectories))
         fields = TensorDict({TEACHER_LOGPROBS_KEY: nested(teacher), OPD_MASK_KEY: nested(opd_mask)},
@@ -180,7 +185,8 @@ class SkillDuetTrainer(PPOTrainerSync):
             traj.advantage = advantages[row]
         # Scoring runs before the actor update: Delta is measured under the weights that rolled out.
         with self._timer("skillduet_score"):
-            self.lifecycle.score(self._extraction.skills, [t for _, t in self._trajectories], self._logprob_fn)
+            self.lifecycle.score(self._extraction.skills, [t for _, t in self._trajectories], self._logprob_fn,
+                                 teacher_logps=self._teacher_rows, assignment=self._extraction.assignment)
         return batch
 
     def on_step_end(self) -> None:

@@ -10,16 +10,19 @@ from typing import Any, Callable
 
 from bench import _synthetic
 
-# phase -> trainer method wrapped by a timer (instance attributes shadow the class methods)
-PHASE_METHODS = {
-    "rollout": "_skillduet_rollout",       # multi-turn play: generation + environment
-    "extraction": "_extract",              # analyzer calls (offline analyzer here)
-    "base_logps": "_base_logps",           # old log-probs for scoring when TRL did not keep them
-    "scoring": "_score",                   # Strength/Utility/Contrast of the new Local skills
-    "teacher": "_teacher_logps",           # OPD teacher forward under the Local skill
-    "loss": "compute_loss",                # TRL loss forward (+ OPD term)
-    "consolidation": "skillduet_end_step",  # dedupe/select/synthesize every consolidation_interval steps
-}
+# (phase, trainer method wrapped by a timer; "lifecycle.x" = a method of the trainer's lifecycle). Instance
+# attributes shadow the class methods. Each phase is timed once: nested calls are not double counted because
+# the outer wrappers below (skillduet_end_step) are not phases themselves.
+PHASE_METHODS = (
+    ("rollout", "_skillduet_rollout"),       # multi-turn play: generation + environment
+    ("extraction", "_extract"),              # analyzer calls (offline analyzer here)
+    ("base_logps", "_base_logps"),           # old log-probs for scoring when TRL did not keep them
+    ("scoring", "_score"),                   # Strength: extra forwards at rollout time (all of it when pairwise)
+    ("scoring", "_finish_scores"),           # Strength from the captured teacher/loss rows (heldout=teacher)
+    ("teacher", "_teacher_logps"),           # OPD teacher forward under the Local skill
+    ("loss", "compute_loss"),                # TRL loss forward (+ OPD term)
+    ("consolidation", "lifecycle.end_step"),  # dedupe/select/synthesize every consolidation_interval steps
+)
 
 
 class PhaseTimer:
@@ -45,7 +48,8 @@ class PhaseTimer:
 
 def make_trainer(out_dir: Path, method: str, *, size: str = "tiny", env: str = "alfworld", episodes: int = 8,
                  group: int = 4, max_turns: int = 3, tokens_per_turn: int = 16, max_completion_length: int = 256,
-                 consolidation_interval: int = 10, seed: int = 0, extra: dict | None = None):
+                 consolidation_interval: int = 10, seed: int = 0, extra: dict | None = None,
+                 skillduet_overrides: dict | None = None):
     """A SkillDuetGRPOTrainer (``method`` = a ``config.preset`` name; ``grpo`` is plain GRPO) on the tiny model,
     ``episodes`` rollouts per step in groups of ``group``, environments in-process, offline analyzer."""
     import torch
@@ -53,7 +57,7 @@ def make_trainer(out_dir: Path, method: str, *, size: str = "tiny", env: str = "
     from skillduet_plugin.config import preset
     from skillduet_plugin.integrations.trl import CPU_SAFE_DEFAULTS, SkillDuetGRPOConfig, SkillDuetGRPOTrainer
 
-    skillduet = preset(method, consolidation_interval=consolidation_interval).to_dict()
+    skillduet = preset(method, consolidation_interval=consolidation_interval, **(skillduet_overrides or {})).to_dict()
     env_kwargs = {"max_steps": 50} if env == "alfworld" else {}
     values = {**CPU_SAFE_DEFAULTS, "output_dir": str(out_dir), "num_generations": group,
               "per_device_train_batch_size": episodes, "max_completion_length": max_completion_length,
@@ -73,9 +77,11 @@ class Stepper:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.timer = PhaseTimer()
-        for phase, name in PHASE_METHODS.items():
-            if hasattr(trainer, name):
-                setattr(trainer, name, self.timer.wrap(phase, getattr(trainer, name)))
+        for phase, name in PHASE_METHODS:
+            owner, _, attr = name.rpartition(".")
+            obj = getattr(trainer, owner, None) if owner else trainer
+            if obj is not None and hasattr(obj, attr):
+                setattr(obj, attr, self.timer.wrap(phase, getattr(obj, attr)))
         # TRL keeps the rollout function it was given at construction; time that reference too.
         if getattr(trainer, "rollout_func", None) is not None:
             trainer.rollout_func = self.timer.wrap("rollout", trainer.rollout_func)

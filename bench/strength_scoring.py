@@ -1,14 +1,19 @@
-"""Benchmark: Strength scoring of K Local candidates on N held-out trajectories, batched vs a naive loop.
+"""Benchmark: what Strength scoring costs per training step, and the pairwise estimator vs a naive loop.
 
-Two configurations, interleaved, same inputs:
+Headline (``scoring_share``): SkillDuet (default ``heldout="teacher"``), SkillDuet with the pairwise estimator
+(``heldout="same_scope"``) and plain GRPO step alternately on the tiny model (``bench._trainers``);
+``scoring_share`` = median(seconds of the scoring phase of a SkillDuet step) / median(GRPO step seconds);
+``pairwise_scoring_share`` is the same for the pairwise estimator.
+
+Then K Local candidates on N held-out trajectories, pairwise estimator, two configurations, interleaved:
 
 - ``naive``: for every (skill, trajectory) pair, build the teacher context, run one model forward over
   context + completion, take a full-vocabulary ``log_softmax`` and read the completion tokens.
 - ``product``: ``skills.scoring.score_skills`` (what the lifecycle runs each step): contexts built per pair,
   then ONE ``core.logprobs.response_logprobs`` call over all pairs.
 The base log-probs are the trajectories' old log-probs (``Trajectory.base_logps``), computed once, untimed,
-as the trainer provides them. Scores must agree to 1e-5. Headline: ``strength_scoring_speedup`` =
-median(naive) / median(product).
+as the trainer provides them. Scores must agree to 1e-5; ``strength_scoring_speedup`` = median(naive) /
+median(product).
 """
 
 from __future__ import annotations
@@ -47,6 +52,47 @@ def naive_strengths(model, skills, trajectories, context_fn) -> dict[str, float 
     return out
 
 
+def step_shares(args, repeats: int) -> dict:
+    """Scoring seconds per SkillDuet step (both estimators) over GRPO seconds per step, stepped A B C A B C."""
+    import statistics
+    import tempfile
+
+    from bench import _trainers
+
+    episodes = 4 if args.smoke else 8
+    common = dict(size=args.size, episodes=episodes, group=4, max_turns=2 if args.smoke else 3,
+                  tokens_per_turn=16, consolidation_interval=10)
+    configs = [("skillduet", "skillduet", {}), ("skillduet_pairwise", "skillduet", {"heldout": "same_scope"}),
+               ("grpo", "grpo", {})]
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
+    with tempfile.TemporaryDirectory(prefix="skillduet-bench-share-") as tmp:
+        steppers = {name: _trainers.Stepper(_trainers.make_trainer(Path(tmp) / name, method, **common,
+                                                                   skillduet_overrides=over))
+                    for name, method, over in configs}
+        for rnd in range(args.warmup + repeats):
+            for name, stepper in steppers.items():
+                phases = stepper.step()
+                if rnd >= args.warmup:
+                    rounds[name].append(phases)
+        metrics = steppers["skillduet"].trainer.lifecycle.metrics()
+        for stepper in steppers.values():
+            if getattr(stepper.trainer, "lifecycle", None) is not None:
+                stepper.trainer.lifecycle.close()
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rounds[name])
+
+    grpo = med("grpo", "total")
+    per_round = [a.get("scoring", 0.0) / b["total"] for a, b in zip(rounds["skillduet"], rounds["grpo"])]
+    return {"workload": common, "repeats": repeats,
+            "median_s": {name: {"total": med(name, "total"), "scoring": med(name, "scoring")} for name in rounds},
+            "scoring_share": med("skillduet", "scoring") / grpo,
+            "scoring_share_per_round": [round(x, 4) for x in per_round],
+            "pairwise_scoring_share": med("skillduet_pairwise", "scoring") / grpo,
+            "last_step_scoring_metrics": {k: v for k, v in metrics.items() if "scoring" in k or "heldout" in k
+                                          or "unscored" in k}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=None, help="candidates (default 32; smoke 4)")
@@ -61,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     n = args.n or (3 if args.smoke else 16)
     turns = args.turns or (1 if (args.smoke or args.quick) else 3)
     repeats = _common.repeats_of(args)
+    load_before = _common.machine_conditions().get("load_avg")
+    shares = step_shares(args, repeats)
 
     import torch
 
@@ -102,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     max_diff = max(abs(results["naive"][s.skill_id] - results["product"][s.skill_id]) for s in skills)
     speedup = timings.ratio("naive", "product")
     summary = {
+        "load_avg_before": load_before,
+        "per_step": shares,
+        "strength_scoring_speedup": speedup,
         "workload": {"k": k, "n": n, "pairs": len(pairs), "model_size": args.size,
                      "params": sum(p.numel() for p in model.parameters()), "turns": turns,
                      "mean_seq_tokens": sum(lengths) / len(lengths),
@@ -112,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if max_diff > 1e-5:
         print(f"WARNING: batched and naive Strength differ by {max_diff:.2e} (> 1e-5)", file=sys.stderr)
-    _common.report("strength_scoring_speedup", speedup, summary, args)
+    _common.report("scoring_share", shares["scoring_share"], summary, args)
     return 0 if max_diff <= 1e-5 else 1
 
 

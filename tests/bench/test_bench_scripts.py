@@ -65,10 +65,13 @@ def _headline(last: str, name: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.slow
 def test_strength_scoring_smoke_scores_match_the_naive_loop():
+    pytest.importorskip("trl")
     last, data = _run("strength_scoring")
-    value = _headline(last, "strength_scoring_speedup")
-    assert value > 0 and value == pytest.approx(data["strength_scoring_speedup"], rel=5e-3)
+    value = _headline(last, "scoring_share")
+    assert value > 0 and value == pytest.approx(data["scoring_share"], rel=5e-3)
+    assert data["strength_scoring_speedup"] > 0 and data["per_step"]["pairwise_scoring_share"] > 0
     assert data["scores_identical_1e-5"] is True and data["max_abs_strength_diff"] <= 1e-5
     assert data["workload"]["pairs"] == data["workload"]["k"] * data["workload"]["n"]
 
@@ -88,8 +91,8 @@ def test_env_throughput_smoke_plays_both_envs_without_errors():
 def test_step_overhead_smoke_breaks_the_step_down():
     pytest.importorskip("trl")
     last, data = _run("step_overhead")
-    ratio = _headline(last, "step_overhead_ratio")
-    assert ratio == pytest.approx(data["step_overhead_ratio"], rel=5e-3)
+    ratio = _headline(last, "step_overhead")
+    assert ratio == pytest.approx(data["step_overhead"], rel=5e-3)
     sd, grpo = data["breakdown_median_s"]["skillduet"], data["breakdown_median_s"]["grpo"]
     assert sd["teacher_s"] > 0 and sd["scoring_s"] > 0 and sd["rollout_s"] > 0
     assert grpo["teacher_s"] == 0 and grpo["scoring_s"] == 0 and grpo["extraction_s"] == 0  # plain GRPO

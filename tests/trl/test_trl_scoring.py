@@ -40,7 +40,7 @@ def test_strength_from_the_teacher_pass_and_loss_forward_needs_no_scoring_forwar
     rollout_model = copy.deepcopy(trainer.model).eval()
     torch.manual_seed(3)
     inputs = trainer._generate_and_score_completions(group_rows(trainer, 3))
-    assert "skillduet_row" in inputs and trainer._pending_scores
+    assert "skillduet_row" in inputs and trainer._deferred.pending
     trainer._compute_loss(trainer.model, inputs)
     finished = []
     finish = trainer.lifecycle.finish_scores

@@ -29,6 +29,7 @@ from skillduet_plugin.integrations.trl.callback import SkillDuetCallback, SNAPSH
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
+from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.rollout.collector import to_trajectory
 from skillduet_plugin.rollout.conversation import ChatTokenizer
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
@@ -67,10 +68,7 @@ class SkillDuetMixin:
         self._episodes: list = []
         self._opd_capture = False
         self._captured_logps: torch.Tensor | None = None
-        # heldout="teacher": plans waiting for their rows' loss-forward log-probs, and those rows by traj_id
-        self._pending_scores: list[tuple[Any, ...]] = []
-        self._score_rows: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
-        self._row_traj_ids: list[str] = []
+        self._deferred = DeferredScores()  # heldout="teacher": scores finished from the loss forwards
         if reward_funcs is None:
             reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
         if train_dataset is None:
@@ -174,7 +172,7 @@ class SkillDuetMixin:
             if cfg.use_global:
                 self._score(result.skills, trajs, result.assignment)
                 if self._scores_from_loss():
-                    self._row_traj_ids = [t.traj_id for t in trajs]
+                    self._deferred.row_traj_ids = [t.traj_id for t in trajs]
                     output["skillduet_row"] = torch.arange(batch, device=device)
             self._log_skill_metrics(mode, result, has_skill)
         self.last_rollout.update(trajectories=trajs, local_skills=local_skills, teacher_prompt_ids=teacher_prompts)
@@ -238,12 +236,9 @@ class SkillDuetMixin:
         return self.skillduet.heldout == "teacher" and self.skillduet.opd_coef > 0
 
     def _score(self, skills: Sequence[Skill], trajs: list[Trajectory], assignment: dict[str, str]) -> None:
-        """Score the new skills with the rollout weights (main process).
-
-        ``heldout="teacher"`` with OPD on: only the budgeted extra forwards run now; the free rows' teacher and
-        base log-probs are captured from the loss forwards and :meth:`_finish_scores` scores at the step's end.
-        Otherwise (pairwise estimator, or no teacher pass with ``opd_coef=0``) everything is computed now.
-        """
+        """Score the new skills with the rollout weights (main process). ``heldout="teacher"`` with OPD on: only
+        the budgeted extra forwards run now, the rest comes from the loss forwards (``integrations.trl.scoring``);
+        otherwise (pairwise estimator, or ``opd_coef=0``: no teacher pass) everything is computed now."""
         if not skills or not self.accelerator.is_main_process:
             return
         model = self.accelerator.unwrap_model(self.model)
@@ -255,47 +250,20 @@ class SkillDuetMixin:
 
                 plan = self.lifecycle.plan_scores(skills, self._step_trajectories, assignment)
                 paid = paid_logprobs(plan, self._step_trajectories, self._logprob_fn())
-                self._pending_scores.append((list(skills), list(self._step_trajectories), plan, paid))
+                self._deferred.add_plan(skills, self._step_trajectories, plan, paid)
             else:
                 self.lifecycle.score(skills, self._step_trajectories, self._logprob_fn(), assignment=assignment)
         finally:
             model.train(was_training)
 
-    def _capture_score_rows(self, inputs: dict[str, Any], student: torch.Tensor, teacher: torch.Tensor) -> None:
-        """Keep each row's first loss-forward log-probs (rollout weights: TRL computes no old log-probs only when
-        no optimizer step falls between a generation and its loss forwards) and its teacher row."""
-        rows = inputs.get("skillduet_row")
-        if rows is None:
-            return
-        has_teacher = inputs["opd_mask"].sum(dim=1) > 0
-        for j, row in enumerate(rows.tolist()):
-            if row >= len(self._row_traj_ids):
-                continue
-            traj_id = self._row_traj_ids[row]
-            if traj_id in self._score_rows:
-                continue
-            t_row = teacher[j].detach().float().cpu() if bool(has_teacher[j]) else None
-            self._score_rows[traj_id] = (t_row, student[j].detach().float().cpu())
-
     def _finish_scores(self) -> None:
         """Score the pending plans from the captured rows (all processes' rows gathered to the main one)."""
         if not self._scores_from_loss():
             return
-        rows, self._score_rows = self._score_rows, {}
+        gather = None
         if self.accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            merged: dict[str, Any] = {}
-            for part in gather_object([rows]):
-                merged.update(part)
-            rows = merged
-        pending, self._pending_scores = self._pending_scores, []
-        for skills, trajs, plan, paid in pending:
-            lengths = {t.traj_id: len(t.completion_ids or []) for t in trajs}
-            teacher = {tid: r[0][:lengths[tid]] for tid, r in rows.items() if tid in lengths and r[0] is not None}
-            base = {tid: r[1][:lengths[tid]] for tid, r in rows.items() if tid in lengths}
-            base.update({t.traj_id: t.base_logps for t in trajs if t.base_logps is not None})  # TRL's old ones
-            self.lifecycle.finish_scores(skills, trajs, plan, teacher, paid, base_logps=base)
+            from accelerate.utils import gather_object as gather
+        self._deferred.finish(self.lifecycle, gather)
 
     def _logprob_fn(self):
         """``logprob_fn(contexts, responses)`` on the unwrapped policy, no grad, temperature-scaled like TRL."""
@@ -377,8 +345,8 @@ class SkillDuetMixin:
         if student is None:
             raise RuntimeError("the student log-probs of TRL's loss forward were not captured: "
                                "GRPOTrainer._compute_loss no longer calls _get_per_token_logps_and_entropies")
-        if mode == "train":
-            self._capture_score_rows(inputs, student, teacher)
+        if mode == "train" and "skillduet_row" in inputs:
+            self._deferred.capture(inputs["skillduet_row"], mask, student, teacher)
         _, stats = opd_loss(student.detach(), teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
         for key, value in stats.items():
             self._metrics[mode][key].append(value)

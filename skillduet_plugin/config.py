@@ -129,7 +129,7 @@ class SkillDuetConfig:
     scope: str = "task_type"
     heldout: str = "teacher"
     max_heldout: int = 8
-    scoring_budget: float = 0.25
+    scoring_budget: float = 0.5
     skill_token_budget: int = 1024
     local_skill_token_budget: int = 256
     max_skill_chars: int = 4000

@@ -42,5 +42,7 @@ def test_two_processes_share_one_bank_and_one_global(tiny_model_dir, tmp_path):
         rows = bank.candidates()
         assert len(rows) == len({(c.skill_id, c.step) for c in rows}) == sum(e["skills"] for e in r0["extract"])
         assert {v.version for v in bank.history()} >= {1}
+        # heldout="teacher": rows captured on both ranks, gathered and scored on the main process
+        assert any(c.scores.get("strength") is not None for c in rows)
     finally:
         bank.close()

@@ -11,7 +11,8 @@ step's candidates with one model (default: the run's final policy) under three e
 Both log-prob terms are recomputed with the same model for every estimator (the teacher rows equal what the
 teacher pass computes under those weights). Per consolidation window and scope: Spearman rank correlation over
 candidates both estimators scored, and the overlap of the top 50% each would keep (``core.scores.select_top``;
-unscored candidates rank last, as at consolidation). Headline: ``rank_spearman_median`` (teacher vs pairwise).
+unscored candidates rank last, as at consolidation), and the same pooled over all scopes of the window.
+Headline: ``rank_spearman_median`` (teacher vs pairwise, per scope with at least 3 candidates both scored).
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ def top_overlap(ids: list[str], a: list[float | None], b: list[float | None], ke
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
-    parser.add_argument("--model", default=None, help="model folder (default: RUN_DIR/model)")
+    parser.add_argument("--model", default=None,
+                        help="model folder (default: RUN_DIR/model, else the latest RUN_DIR/checkpoints/checkpoint-N)")
     parser.add_argument("--interval", type=int, default=None, help="consolidation interval (default: the run's)")
-    parser.add_argument("--max-heldout", type=int, default=8, help="pairwise rows per candidate (default 8)")
+    parser.add_argument("--max-heldout", type=int, default=None,
+                        help="rows per candidate (default: the run's skillduet.max_heldout)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -86,12 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     bank_path = next(iter(sorted(run.rglob(BANK_FILENAME))), None)
     if bank_path is None:
         raise SystemExit(f"{run}: no {BANK_FILENAME} under the run folder")
-    model_dir = Path(args.model) if args.model else run / "model"
+    checkpoints = sorted((run / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    model_dir = Path(args.model) if args.model else run / "model" if (run / "model").is_dir() else checkpoints[-1]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     trajectories = load_trajectories([str(run / TRAJECTORY_DIRNAME)])
-    run_cfg = json.loads((run / "config.json").read_text()) if (run / "config.json").exists() else {}
-    interval = args.interval or int((run_cfg.get("skillduet") or {}).get("consolidation_interval", 3))
+    import yaml
+
+    run_cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
+    method = run_cfg.get("skillduet") or {}
+    interval = args.interval or int(method.get("consolidation_interval", 3))
+    args.max_heldout = args.max_heldout or int(method.get("max_heldout", 8))
 
     def logprob_fn(contexts, responses):
         with torch.no_grad():
@@ -121,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for end in range(interval, max(steps) + 1, interval):
         window = [s for s in candidates.values() if end - interval < s.step <= end]
-        for scope in sorted({s.scope for s in window}):
-            ids = sorted(s.skill_id for s in window if s.scope == scope)
+        for scope in sorted({s.scope for s in window}) + ["(all scopes)"]:
+            ids = sorted(s.skill_id for s in window if scope in (s.scope, "(all scopes)"))
             row = {"consolidation_step": end, "scope": scope, "candidates": len(ids)}
             for other in ("teacher", "teacher_free"):
                 a = [scores["pairwise"][i]["strength"] for i in ids]
@@ -140,12 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['consolidation_step']:>4} {r['scope']:<28} {r['candidates']:>3} {r['pairwise_scored']:>3} "
               f"{r['teacher_scored']:>3} {fmt(r['teacher_spearman']):>7} {fmt(r['teacher_top50_overlap']):>8} "
               f"{fmt(r['teacher_free_spearman']):>9} {fmt(r['teacher_free_top50_overlap']):>11}")
-    rhos = [r["teacher_spearman"] for r in rows if r["teacher_spearman"] is not None]
-    overlaps = [r["teacher_top50_overlap"] for r in rows]
-    summary = {"run_dir": str(run), "model": str(model_dir), "interval": interval, "rows": rows,
+    per_scope = [r for r in rows if r["scope"] != "(all scopes)"]
+    rhos = [r["teacher_spearman"] for r in per_scope if r["teacher_spearman"] is not None]
+    overlaps = [r["teacher_top50_overlap"] for r in per_scope]
+    summary = {"run_dir": str(run), "model": str(model_dir), "interval": interval, "max_heldout": args.max_heldout,
+               "rows": rows,
                "teacher_top50_overlap_mean": statistics.fmean(overlaps) if overlaps else None,
                "teacher_free_spearman_median": statistics.median(
-                   [r["teacher_free_spearman"] for r in rows if r["teacher_free_spearman"] is not None] or [0.0]),
+                   [r["teacher_free_spearman"] for r in per_scope if r["teacher_free_spearman"] is not None] or [0.0]),
+               "pooled_spearman": [r["teacher_spearman"] for r in rows if r["scope"] == "(all scopes)"],
                "n_candidates": len(candidates), "plans": stats["teacher_plan"],
                "rank_spearman_median": statistics.median(rhos) if rhos else None}
     if args.json:

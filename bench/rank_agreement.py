@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     run = Path(args.run_dir)
-    bank_path = next(iter(sorted(run.rglob(BANK_FILENAME))), None)
-    if bank_path is None:
+    bank_path = run / BANK_FILENAME  # not the checkpoints' snapshots (banks as of their step)
+    if not bank_path.exists():
         raise SystemExit(f"{run}: no {BANK_FILENAME} under the run folder")
     checkpoints = sorted((run / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     model_dir = Path(args.model) if args.model else run / "model" if (run / "model").is_dir() else checkpoints[-1]
@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for end in range(interval, max(steps) + 1, interval):
         window = [s for s in candidates.values() if end - interval < s.step <= end]
+        if not window:
+            continue
         for scope in sorted({s.scope for s in window}) + ["(all scopes)"]:
             ids = sorted(s.skill_id for s in window if scope in (s.scope, "(all scopes)"))
             row = {"consolidation_step": end, "scope": scope, "candidates": len(ids)}

@@ -107,3 +107,17 @@ def test_memory_smoke_reports_a_peak_per_method():
     for method in ("skillduet", "grpo"):
         m = data["median_mb"][method]
         assert m["peak_mb"] >= m["rss_before_mb"] > 50
+
+
+def test_rank_agreement_statistics_by_hand():
+    from bench import rank_agreement as ra
+
+    assert ra.ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]  # ties share the mean rank
+    assert ra.spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+    assert ra.spearman([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    # one swap of adjacent ranks in 4: rho = 1 - 6 * 2 / (4 * 15) = 0.8 (a wrong formula gives 1.0 or -1.0)
+    assert ra.spearman([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 4.0, 3.0]) == pytest.approx(0.8)
+    assert ra.spearman([1.0, 2.0], [1.0, 2.0]) is None  # fewer than 3 pairs
+    ids = ["a", "b", "c", "d"]
+    assert ra.top_overlap(ids, [4.0, 3.0, 2.0, 1.0], [4.0, 1.0, 3.0, 2.0]) == 0.5  # keep {a,b} vs {a,c}
+    assert ra.top_overlap(ids, [4.0, 3.0, 2.0, 1.0], [None, None, 2.0, 1.0]) == 0.0  # unscored rank last

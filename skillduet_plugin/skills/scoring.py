@@ -2,8 +2,9 @@
 registry of selectors that rank candidates at consolidation.
 
 This module holds the pairwise estimator (``heldout`` = same_scope / same_scope_other_tasks / any); the default
-estimator that reads the teacher pass (``heldout="teacher"``) is ``skills.teacher_scoring``. For a candidate L, ``H_L`` holds trajectories that did not produce L (policy ``config.heldout``), capped at
-``config.max_heldout`` by a deterministic per-skill order. For each r in H_L the skill-conditioned log-probs of
+estimator that reads the teacher pass (``heldout="teacher"``) is ``skills.teacher_scoring``. For a candidate L,
+``H_L`` holds trajectories that did not produce L (policy ``config.heldout``), capped at ``config.max_heldout``
+by a deterministic per-skill order. For each r in H_L the skill-conditioned log-probs of
 r's completion come from ONE batched ``logprob_fn`` call over every (L, r) pair of the round; the base
 log-probs are r's own old log-probs (``Trajectory.base_logps``) when present, otherwise they join the same call
 with r's student context. Needs no new environment interaction.

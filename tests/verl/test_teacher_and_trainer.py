@@ -213,3 +213,18 @@ def test_real_lifecycle_teacher_prompt_is_student_prompt_plus_one_span(tiny_toke
     tail = len(student) - head
     assert teacher[:head] == student[:head] and teacher[-tail:] == student[head:]
     assert "open the box before taking the key" in tiny_tokenizer.decode(teacher[head:len(teacher) - tail])
+
+
+def test_logprob_requests_are_padded_to_whole_micro_batches(monkeypatch, tiny_tokenizer, tmp_path):
+    """verl's engine asserts each rank's rows split into whole log-prob micro-batches: 3 scoring rows with
+    dp=2 and micro-batches of 4 must go out as 8 rows (the real CPU loop crashed on a 3-row request)."""
+    from omegaconf import open_dict
+
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle())
+    contexts, responses = [[1, 2, 3], [4, 5], [6, 7, 8, 9]], [[10, 11], [12], [13, 14, 15]]
+    for micro, expected in ((4, 8), (None, 4)):  # None: only the dp multiple (the negative control)
+        with open_dict(trainer.config):
+            trainer.config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu = micro
+        out = trainer._logprob_fn(contexts, responses)
+        assert trainer.actor_rollout_wg.requests[-1].batch_size[0] == expected
+        assert [len(o) for o in out] == [2, 1, 3]

@@ -128,9 +128,13 @@ class SkillDuetTrainer(PPOTrainerSync):
         return max(wg._dispatch_info["actor"]) + 1
 
     def _logprob_fn(self, contexts, responses) -> list[torch.Tensor]:
-        return compute_response_logprobs(self.actor_rollout_wg, contexts, responses,
-                                         temperature=self.config.actor_rollout_ref.rollout.temperature,
-                                         dp_size=self._actor_dp_size())
+        # verl's engine splits each rank's rows into micro-batches of exactly log_prob_micro_batch_size_per_gpu
+        # (unless dynamic batch sizes are on): pad the request to a multiple of dp x that size.
+        rollout = self.config.actor_rollout_ref.rollout
+        micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else \
+            int(rollout.get("log_prob_micro_batch_size_per_gpu", None) or 1)
+        return compute_response_logprobs(self.actor_rollout_wg, contexts, responses, temperature=rollout.temperature,
+                                         dp_size=self._actor_dp_size() * micro)
 
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
         batch = super()._compute_old_log_prob(batch, metrics)

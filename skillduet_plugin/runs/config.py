@@ -71,8 +71,9 @@ class WarmStartConfig:
         games: training games whose expert episodes are cloned (taken from the start of the train split).
         expert: ``search`` (ALFWorld: the searching expert of ``envs.alfworld.expert``, which looks for the
             target like a player who does not know where it is, so the clone learns to search) or
-            ``walkthrough`` (the game file's stored plan, straight to the hidden object). WebShop always uses
-            its goal-directed shopper.
+            ``walkthrough`` (the game file's stored plan, straight to the hidden object). WebShop: ``search`` is
+            the searching shopper of ``envs.webshop.expert`` (reads the instruction only), ``walkthrough`` a
+            shopper that goes straight to the goal product.
         episodes_per_game: expert episodes per game (the searching expert visits receptacles in a different
             seeded order in each).
         steps: optimizer steps, always all of them: the budget is in steps, never in time, so a busy machine
@@ -132,8 +133,8 @@ class RunConfig:
             generation (real runs). ``choose``: constrained selection among the admissible actions, each one's
             warm-start-format response scored by the policy (sampled from the softmax of the summed log-probs at
             ``temperature`` in rollouts, the best one in evaluations); the CPU demo's tiny model cannot copy long
-            action strings, so it plays this way. ``auto``: choose for ``tiny`` models on ALFWorld, generate
-            otherwise (WebShop's search takes free text).
+            action strings, so it plays this way (on WebShop the search page then offers queries built from the
+            instruction, see ``envs.webshop.queries``). ``auto``: choose for ``tiny`` models, generate otherwise.
         skillduet: the method's settings (SkillDuetConfig keys) plus ``method`` =
             skillduet | local_only | random | grpo (a preset the other keys override).
         warm_start: behaviour-cloning warm start (see :class:`WarmStartConfig`).
@@ -258,7 +259,7 @@ class RunConfig:
     def action_mode(self) -> str:
         """``generate`` or ``choose``: ``action_selection`` with ``auto`` resolved by the model."""
         if self.action_selection == "auto":
-            return "choose" if self.is_tiny and self.env == "alfworld" else "generate"
+            return "choose" if self.is_tiny else "generate"
         return self.action_selection
 
     @property

@@ -10,11 +10,13 @@ from skillduet_plugin.runs.config import RunConfig
 
 def env_kwargs(config: RunConfig, split: str, limit: int = 0) -> dict[str, Any]:
     """Keywords for ``envs.make(config.env, **kw)`` (and ``EnvPool(env_kwargs=kw)``): data folder (None: the
-    generated ALFWorld games / the synthetic WebShop catalogue), split, first ``limit`` tasks (0: all), then the
-    config's own ``env_kwargs``."""
+    generated ALFWorld games / the synthetic WebShop catalogue), split, first ``limit`` tasks (0: all), WebShop's
+    search choices in choose mode, then the config's own ``env_kwargs``."""
     kw: dict[str, Any] = {"data_dir": config.data_dir, "split": split}
     if limit and config.env == "alfworld":  # other envs are cut by the callers (env.tasks[:limit])
         kw["max_tasks"] = int(limit)
+    if config.env == "webshop" and config.action_mode == "choose":
+        kw["search_choices"] = 8  # choose mode searches with queries built from the instruction
     kw.update(config.env_kwargs)
     return kw
 

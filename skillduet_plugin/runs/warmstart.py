@@ -56,8 +56,9 @@ def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0) 
 
     ALFWorld: with ``kind="search"`` the env's searching expert (it does not know where the target is, so it
     visits receptacles in a ``seed``-dependent order), for task variants it does not play and with
-    ``kind="walkthrough"`` the game's stored walkthrough. WebShop: a goal-directed shopper (search the
-    instruction, open the goal product, pick its goal options, buy).
+    ``kind="walkthrough"`` the game's stored walkthrough. WebShop: with ``kind="search"`` the env's searching
+    shopper (``envs.webshop.expert``, reads the instruction only), with ``kind="walkthrough"`` a goal-directed
+    shopper (search the product query, open the goal product, pick its goal options, buy).
     """
     if kind not in EXPERTS:
         raise ValueError(f"kind={kind!r} is invalid: allowed values are {', '.join(EXPERTS)}")

@@ -8,6 +8,7 @@ import yaml
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.runs.config import (DEMO_SKILLDUET, ENV_DEMO_DEFAULTS, RunConfig, load_run_config, parse_overrides,
                                          parse_value)
+from skillduet_plugin.runs.environment import env_kwargs
 
 
 def test_defaults_are_the_demo_and_consolidate_at_least_twice():
@@ -136,12 +137,18 @@ def test_real_model_path_disables_auto_warm_start():
     assert load_run_config(None, ["model=/some/folder", "warm_start.enabled=true"]).warm_start_enabled
 
 
-def test_action_selection_auto_chooses_for_tiny_alfworld_only():
+def test_action_selection_auto_chooses_for_tiny_models_only():
     cfg = load_run_config()
     assert cfg.action_selection == "auto" and cfg.action_mode == "choose"
     assert cfg.resolved_dict()["action_selection"] == "choose"
     assert load_run_config(None, ["model=/some/folder"]).action_mode == "generate"
-    assert load_run_config(None, ["env=webshop"]).action_mode == "generate"
+    webshop = load_run_config(None, ["env=webshop"])
+    assert webshop.action_mode == "choose"  # the search page then offers queries built from the instruction
+    assert env_kwargs(webshop, "test")["search_choices"] == 8
+    real = load_run_config(None, ["env=webshop", "model=/some/folder"])
+    assert real.action_mode == "generate" and "search_choices" not in env_kwargs(real, "test")
+    mine = load_run_config(None, ["env=webshop", "env_kwargs={search_choices: 3}"])
+    assert env_kwargs(mine, "test")["search_choices"] == 3  # the user's env_kwargs win
     assert load_run_config(None, ["action_selection=generate"]).action_mode == "generate"
     assert load_run_config(None, ["model=/some/folder", "action_selection=choose"]).action_mode == "choose"
     with pytest.raises(ConfigError, match="action_selection='sample' is invalid: allowed values are auto, "

@@ -20,7 +20,8 @@ from skillduet_plugin.envs.webshop.synthetic import ensure_default_data, generat
 def make_webshop(data_dir: str | Path | None = None, split: str = "test", observation_mode: str = "text",
                  num_products: int | None = None, max_steps: int = 15, human_goals: bool = False,
                  scope: str = "webshop", show_attrs: bool = False, seed: int | None = None,
-                 synthetic_num_products: int = 1000, synthetic_seed: int = 0, **kwargs: Any) -> WebShopEnv:
+                 synthetic_num_products: int = 1000, synthetic_seed: int = 0, search_choices: int = 0,
+                 **kwargs: Any) -> WebShopEnv:
     """Build a WebShop env over ``data_dir`` (official files) or, when None, the default synthetic catalogue.
 
     ``num_products`` keeps the first N products (as the benchmark); ``human_goals`` uses
@@ -28,6 +29,8 @@ def make_webshop(data_dir: str | Path | None = None, split: str = "test", observ
     goal's coarse category, e.g. ``beauty``) or ``"product_category"`` (the first level of its category path).
     ``seed`` is accepted for parity with other envs and changes nothing: the goal panel is fixed.
     ``synthetic_num_products``/``synthetic_seed`` choose the generated catalogue when ``data_dir`` is None.
+    ``search_choices=N`` lists up to N search queries built from the instruction as the search page's admissible
+    actions (for choose mode) instead of ``search[<your query>]``.
     """
     if kwargs:
         raise TypeError(f"make_webshop got unexpected keyword(s) {', '.join(sorted(kwargs))}")
@@ -45,7 +48,7 @@ def make_webshop(data_dir: str | Path | None = None, split: str = "test", observ
         num_products=num_products, use_human_goals=human_goals,
     )
     return WebShopEnv(catalogue, split=split, observation_mode=observation_mode, max_steps=max_steps,
-                      scope=scope, show_attrs=show_attrs)
+                      scope=scope, show_attrs=show_attrs, search_choices=search_choices)
 
 
 __all__ = [

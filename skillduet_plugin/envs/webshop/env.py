@@ -4,6 +4,11 @@ Actions are ``search[query]`` (from any page, as in the benchmark) and ``click[x
 current page (case-insensitive). Anything else leaves the page unchanged with reward 0. ``click[buy now]`` ends
 the episode with the purchase reward; so does the step limit (reward 0). Goal ``i`` of the shuffled goal list
 is task id ``str(i)``; ids 0-499 are ``test``, 500-1,499 ``eval``, 1,500 on ``train``.
+
+The search page admits ``search[<your query>]`` (free text, as the benchmark). With ``search_choices=N`` it
+lists instead up to N ready-made ``search[query]`` actions built from the instruction (``queries.
+candidate_queries``), so that a policy choosing among admissible actions (choose mode) can search; any other
+query still works.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 from skillduet_plugin.envs.base import TextEnv
 from skillduet_plugin.envs.webshop import pages
 from skillduet_plugin.envs.webshop.catalogue import Catalogue
+from skillduet_plugin.envs.webshop.queries import candidate_queries
 from skillduet_plugin.envs.webshop.reward import get_reward
 
 SEARCH_RETURN_N = 50
@@ -39,7 +45,8 @@ class WebShopEnv(TextEnv):
     name = "webshop"
 
     def __init__(self, catalogue: Catalogue, split: str = "test", observation_mode: str = "text",
-                 max_steps: int = 15, scope: str = "webshop", show_attrs: bool = False) -> None:
+                 max_steps: int = 15, scope: str = "webshop", show_attrs: bool = False,
+                 search_choices: int = 0) -> None:
         if split not in SPLITS:
             raise ValueError(f"split={split!r} is unknown: use one of {', '.join(SPLITS)}")
         if observation_mode not in OBSERVATION_MODES:
@@ -49,6 +56,8 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"scope={scope!r} is unknown: use one of {', '.join(SCOPES)}")
         if max_steps < 1:
             raise ValueError(f"max_steps={max_steps} must be >= 1")
+        if isinstance(search_choices, bool) or not isinstance(search_choices, int) or search_choices < 0:
+            raise ValueError(f"search_choices={search_choices!r} must be an integer >= 0 (0: free-text search)")
         start, stop = SPLITS[split]
         stop = len(catalogue.goals) if stop is None else min(stop, len(catalogue.goals))
         if start >= stop:
@@ -60,6 +69,7 @@ class WebShopEnv(TextEnv):
         self.max_steps = max_steps
         self.scope = scope
         self.show_attrs = show_attrs
+        self.search_choices = search_choices
         self._tasks = [str(i) for i in range(start, stop)]
         self._task_set = set(self._tasks)
         self._session: dict[str, Any] | None = None
@@ -74,6 +84,13 @@ class WebShopEnv(TextEnv):
         goal = dict(self.catalogue.goals[self._goal_index(task_id)])
         goal["instruction"] = goal["instruction_text"]
         return goal
+
+    def searching_expert(self, task_id: str, seed: int = 0) -> Any:
+        """A fresh searching expert for one episode of ``task_id`` (``envs.webshop.expert``): it reads the
+        instruction only, never the goal's product or options."""
+        from skillduet_plugin.envs.webshop.expert import searching_shopper
+
+        return searching_shopper(self.goal(task_id)["instruction_text"], seed)
 
     def task_type(self, task_id: str) -> str:
         goal = self.catalogue.goals[self._goal_index(task_id)]
@@ -203,7 +220,10 @@ class WebShopEnv(TextEnv):
     def _info(self, obs: str) -> dict[str, Any]:
         s = self._session
         available = self.available_actions()
-        admissible = ["search[<your query>]"] if available["has_search_bar"] else []
+        admissible = []
+        if available["has_search_bar"]:
+            admissible = ([f"search[{q}]" for q in candidate_queries(self._instruction, self.search_choices)]
+                          if self.search_choices else ["search[<your query>]"])
         if not s["done"]:
             admissible += [f"click[{c}]" for c in available["clickables"] if c != "search"]
         else:

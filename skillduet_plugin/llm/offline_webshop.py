@@ -59,6 +59,9 @@ class Session:
     bought_groups: list[str] = field(default_factory=list)
     options_at_buy: list[str] = field(default_factory=list)
     useful: list[str] = field(default_factory=list)
+    # asin -> what the shopper read about it: the item page's title, plus any description/features page opened
+    read: dict[str, str] = field(default_factory=dict)
+    checked: list[str] = field(default_factory=list)  # sub-pages opened on the last item opened
 
 
 def _parse(action: str) -> tuple[str, str]:
@@ -92,10 +95,16 @@ def replay(traj: Traj) -> Session:
             else:
                 out.items.append((arg, _item_price(step.observation), _option_groups(step.observation),
                                   _rank(last_results, arg)))
+                out.read[arg] = f"{out.read.get(arg, '')} {_item_title(step.observation)}"
+                out.checked = []
                 out.options = []
                 out.useful.append(f"click[{arg}]")
         elif verb == "click" and arg in _INFO:
             out.info_clicks += 1
+            if out.items:
+                asin = out.items[-1][0]
+                out.read[asin] = f"{out.read.get(asin, '')} {_page_text(step.observation)}"
+                out.checked.append(arg)
         elif verb == "click" and arg in ("next >", "< prev"):
             out.pages += 1
             last_results = step.observation
@@ -117,6 +126,17 @@ def replay(traj: Traj) -> Session:
 def _item_price(page: str) -> float | None:
     m = re.search(r"Price:\s*\$\s*([0-9]+(?:\.[0-9]+)?)", page)
     return float(m.group(1)) if m else None
+
+
+def _item_title(page: str) -> str:
+    """The product title on a text-mode item page (the text just before ``Price: ...``)."""
+    segments = [seg.strip() for seg in page.split("[SEP]")]
+    return next((segments[i - 1] for i, seg in enumerate(segments) if seg.startswith("Price:") and i), "")
+
+
+def _page_text(page: str) -> str:
+    """A sub-page's own text: what follows its ``< Prev`` button (the instruction header is dropped)."""
+    return page.split("< Prev", 1)[1] if "< Prev" in page else ""
 
 
 def _option_groups(page: str) -> list[str]:
@@ -221,17 +241,53 @@ def local_procedure(task: WebTask, traj: Traj) -> list[str]:
     return lines
 
 
+def requested_attributes(task: WebTask) -> list[str]:
+    """The attribute phrases of the request (``noise cancelling``, ``stereo sound headphones``), without the
+    named options (``color: purple``) and the price clause."""
+    phrases = re.split(r",\s*(?:and\s+)?|\s+(?:with|for|and|in|that is|that are)\s+", task.wants.lower())
+    phrases = [re.sub(r"^(?:a|an|the|some)\s+", "", p.strip()) for p in phrases]
+    return [p for p in dict.fromkeys(phrases) if p and ":" not in p and not p.startswith("size ")]
+
+
+def _names(phrase: str, text: str) -> bool:
+    """Every content word of ``phrase`` appears in ``text`` (plural ``s`` ignored)."""
+    have = {w.rstrip("s") for w in re.findall(r"[a-z0-9]+", text.lower())}
+    want = [w.rstrip("s") for w in re.findall(r"[a-z0-9]+", phrase.lower()) if w not in _FILLER]
+    return bool(want) and all(w in have for w in want)
+
+
+def _attribute_lines(task: WebTask, ss: Session, fs: Session) -> list[str]:
+    """Requested attributes the success's item showed (title, or a sub-page it read) that the failure's did not."""
+    s_item = ss.items[-1][0] if ss.items else None
+    f_item = fs.items[-1][0] if fs.items else None
+    if s_item is None or f_item is None or s_item == f_item:
+        return []
+    s_text, f_text = ss.read.get(s_item, ""), fs.read.get(f_item, "")
+    found = [a for a in requested_attributes(task) if _names(a, s_text) and not _names(a, f_text)]
+    if not found:
+        return []
+    where = f"title and {join_list(ss.checked)}" if ss.checked else "title"
+    line = (f"Attributes: the successful attempt's item ({s_item}) names {join_list(found, limit=4)} in its "
+            f"{where}; the failed attempt's item ({f_item}) does not: open items whose title or features "
+            "show every requested attribute.")
+    return [line]
+
+
 def pair(task: WebTask, success: Traj, failure: Traj) -> list[str]:
     ss, fs = replay(success), replay(failure)
     lines: list[str] = []
     missing = [o for o in ss.options_at_buy if o not in fs.options_at_buy]
     if missing and fs.bought:
+        other = [o for o in fs.options_at_buy if o not in ss.options_at_buy]
+        instead = f"selected {join_list(other, limit=5)} instead" if other else "bought without them"
         lines.append(f"Key decision: select the options the instruction names ({join_list(missing, limit=5)}) "
-                     "before clicking buy now; the failed attempt bought without them.")
+                     f"before clicking buy now; the failed attempt {instead}.")
+    lines += _attribute_lines(task, ss, fs)
     if ss.searches and fs.searches and ss.searches[0] != fs.searches[0]:
         lines.append(f"Search query: the successful attempt searched [{ss.searches[0]}], the failed one "
                      f"[{fs.searches[0]}]; include the product type and the distinguishing attributes.")
-    if ss.items and fs.items and ss.items[-1][0] != fs.items[-1][0]:
+    if ss.items and fs.items and ss.items[-1][0] != fs.items[-1][0] and not any(
+            line.startswith("Attributes:") for line in lines):
         lines.append("Item choice: the failed attempt opened a different item; pick the result whose title "
                      "matches the requested product type and attributes" + _price_note(task, ss.items[-1][1]) + ".")
     if not fs.bought and ss.bought:

@@ -3,6 +3,7 @@ the failed one missed, read from hand-made trajectories only (the payload carrie
 
 from __future__ import annotations
 
+import pytest
 from llm_trajectories import traj
 
 from skillduet_plugin.llm.offline import respond
@@ -84,3 +85,42 @@ def test_a_failure_whose_item_shows_the_attributes_too_gets_no_attribute_line():
                   _buy("f", "b0q7vjptrj", RIGHT.replace("Dexlux", "Dofi"), ["black"], False, 0.67))
     assert lines[0].endswith("the failed attempt selected black instead.")
     assert not any(line.startswith("Attributes:") for line in lines)
+
+
+def test_pair_from_played_episodes_of_the_synthetic_catalogue():
+    """A won episode of the searching shopper against a scripted failure (a lower-ranked item, a wrong size) on
+    the same goal: the pair names the options and the attributes the failure missed."""
+    pytest.importorskip("thefuzz")
+    from skillduet_plugin.envs import make
+
+    env = make("webshop", split="train", search_choices=8)
+    task = env.tasks[3]
+
+    def play(policy):
+        obs, info = env.reset(task)
+        actions, observations = [], [obs]
+        for turn in range(8):
+            action = policy(obs, info, turn)
+            obs, _, done, info = env.step(action)
+            actions.append(action)
+            observations.append(obs)
+            if done:
+                break
+        return {"traj_id": str(len(actions)), "task": info["task"], "actions": actions,
+                "observations": observations, "won": info["won"], "reward": info["score"]}
+
+    def careless(obs, info, turn):
+        admissible = info["admissible_actions"]
+        if turn == 1:
+            return [a for a in admissible if a.startswith("click[b0")][2]
+        return admissible[-1] if turn in (0, 2) else "click[buy now]"
+
+    success, failure = play(env.searching_expert(task, 0)), play(careless)
+    assert success["won"] and not failure["won"]
+    out = respond({"kind": "local_pair", "env": "webshop", "task": success["task"], "scope": "webshop",
+                   "success": success, "failure": failure})
+    lines = [line[2:] for line in out.splitlines() if line.startswith("- ")]
+    assert lines[0] == ("Key decision: select the options the instruction names (honey and 24 count) before "
+                        "clicking buy now; the failed attempt selected 100 count instead.")
+    assert lines[1].startswith("Attributes: the successful attempt's item (b0q5tjrnfi) names low sugar granola & "
+                               "nutrition bars, gluten free and low carb in its title and features;")

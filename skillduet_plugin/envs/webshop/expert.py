@@ -11,7 +11,9 @@ candidate query. Its seed breaks ties between equally good titles and sometimes 
 
 It decides from the observation and ``info["admissible_actions"]`` only, so it plays the synthetic and the
 official catalogue alike (human instructions name options inside the request: values on the item page that
-the instruction mentions are selected). Measured figures are in ``tests/envs/test_webshop_expert.py``.
+the instruction mentions are selected). Measured on the 500 synthetic test goals, seeds 0 and 1: 970 of 1,000
+episodes won (mean score 0.982) within WebShop's 15 steps, 923 within 8 turns; on a catalogue built around the
+real ``items_ins_v2_1000`` instructions, seed 0: 493 of 500 (476 within 8 turns).
 """
 
 from __future__ import annotations

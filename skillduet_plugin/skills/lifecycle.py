@@ -223,9 +223,11 @@ class SkillLifecycle:
 
     def score(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory], logprob_fn: LogprobFn, *,
               teacher_logps: Mapping[str, Any] | None = None,
-              assignment: Mapping[str, str] | None = None) -> dict[str, dict[str, float | None]]:
+              assignment: Mapping[str, str] | None = None,
+              record: bool = True) -> dict[str, dict[str, float | None]]:
         """Strength/Utility/Contrast of ``skills`` on held-out ``trajectories``, cached on the candidates in the
-        bank (when writing). Returns ``{skill_id: {strength, utility, contrast, n_heldout}}``.
+        bank (when writing and ``record``; ``record=False`` only computes, e.g. to compare two log-prob sources).
+        Returns ``{skill_id: {strength, utility, contrast, n_heldout}}``.
 
         ``heldout="teacher"``: ``teacher_logps`` (traj_id -> the teacher pass's per-token log-probs) supply the
         free rows, ``assignment`` (traj_id -> teacher skill_id; default ``Trajectory.local_skill_id``) says
@@ -237,7 +239,7 @@ class SkillLifecycle:
         if self.config.heldout != "teacher":
             scores = score_skills(skills, trajectories, logprob_fn, self._context_ids, policy=self.config.heldout,
                                   max_heldout=self.config.max_heldout)
-            return self.record_scores(skills, trajectories, scores)
+            return self.record_scores(skills, trajectories, scores) if record else _plain_scores(scores)
         need_base = [t for t in trajectories if t.base_logps is None and t.split == "train" and t.completion_ids]
         if need_base:  # callers without old log-probs (e.g. the score command): one student forward
             values = logprob_fn([self._context_ids(t, None) for t in need_base],
@@ -249,7 +251,7 @@ class SkillLifecycle:
             self._context_ids, budget_tokens=self.scoring_budget_tokens(trajectories),
             max_heldout=self.config.max_heldout, similarity=self._scoring_similarity(),
             dedupe_threshold=self.config.dedupe_threshold)
-        return self.record_scores(skills, trajectories, scores, plan)
+        return self.record_scores(skills, trajectories, scores, plan) if record else _plain_scores(scores)
 
     def plan_scores(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
                     assignment: Mapping[str, str] | None = None) -> ScoringPlan:
@@ -301,8 +303,7 @@ class SkillLifecycle:
         self._last["skills/unscored"] = float(sum(sc.strength is None for sc in scores.values()))
         if plan is not None:
             self._last.update({f"skills/{k}": v for k, v in plan.stats().items()})
-        return {sid: {"strength": sc.strength, "utility": sc.utility, "contrast": sc.contrast,
-                      "n_heldout": float(sc.n_heldout)} for sid, sc in scores.items()}
+        return _plain_scores(scores)
 
     # ------------------------------------------------------------------ consolidation
     def end_step(self, step: int) -> list[ConsolidationReport] | None:
@@ -406,3 +407,8 @@ class SkillLifecycle:
 
     def close(self) -> None:
         self.bank.close()
+
+
+def _plain_scores(scores: Mapping[str, SkillScore]) -> dict[str, dict[str, float | None]]:
+    return {sid: {"strength": sc.strength, "utility": sc.utility, "contrast": sc.contrast,
+                  "n_heldout": float(sc.n_heldout)} for sid, sc in scores.items()}

@@ -4,7 +4,8 @@
 verl's V1 trainer needs a rollout *server* (vLLM/SGLang/TRT-LLM). This module gives it one built from plain
 transformers: :class:`CPURolloutReplica` (registered with ``RolloutReplicaRegistry``) starts one Ray actor,
 :class:`CPURolloutServer`, that answers ``generate()`` with token ids, their log-probs and the global step of
-the weights it serves. Inside the FSDP worker, verl's "naive" weight sync calls
+the weights it serves, and a prefill with ``prompt_logprobs`` (what verl's distillation teacher asks vLLM for).
+Inside the FSDP worker, verl's "naive" weight sync calls
 :meth:`CPURolloutAdapter.update_weights` (found through ``verl.workers.rollout.base._ROLLOUT_REGISTRY``): it
 materialises a CPU state dict and hands it to the server through Ray's object store.
 
@@ -98,8 +99,29 @@ class CPURolloutServer:
             logps = torch.log_softmax(logits / scale, dim=-1).gather(-1, torch.tensor(ids).unsqueeze(-1))
         return ids, logps.squeeze(-1).tolist()
 
+    def _prefill(self, prompt_ids: list[int], params: dict[str, Any]) -> tuple[list[int], list[float], dict]:
+        """vLLM's ``prompt_logprobs=0`` contract (verl's ``extract_prompt_logprobs``): entry ``j`` of
+        ``prompt_logprobs`` is ``[log p(prompt[j+1] | prompt[:j+1])]`` at temperature 1 (raw logits, as vLLM's
+        default logprobs mode), the last entry a dummy 0; plus one greedy token, as ``max_tokens=1`` gives."""
+        if int(params["prompt_logprobs"]) != 0:
+            raise NotImplementedError("the CPU test rollout serves prompt_logprobs=0 (sampled-token log-probs) only")
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([prompt_ids], dtype=torch.long)).logits[0].float()
+            logps = torch.log_softmax(logits, dim=-1)
+            targets = torch.tensor(prompt_ids[1:], dtype=torch.long)
+            prompt_lp = logps[:-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1).tolist()
+            next_id = int(logps[-1].argmax())
+        extra = {"prompt_ids": [[t] for t in prompt_ids[1:]] + [[0]],
+                 "prompt_logprobs": [[v] for v in prompt_lp] + [[0.0]]}
+        return [next_id], [float(logps[-1, next_id])], extra
+
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
+        if sampling_params.get("prompt_logprobs") is not None:
+            async with self._lock:
+                ids, logps, extra = await asyncio.to_thread(self._prefill, list(prompt_ids), dict(sampling_params))
+                extra["global_steps"] = self.global_steps
+            return TokenOutput(token_ids=ids, log_probs=logps, stop_reason="length", extra_fields=extra)
         async with self._lock:
             ids, logps = await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
             steps = self.global_steps

@@ -40,13 +40,16 @@ class FakeLifecycle:
         self.calls.append(("teacher_messages", global_version))
         return insert_sections(prompt_messages, [f"{LOCAL_HEADER}\n{local_skill.text}"], task=task)
 
-    def score(self, skills, trajectories, logprob_fn, teacher_logps=None, assignment=None):
-        self.teacher_logps, self.assignment = teacher_logps, assignment
+    def score(self, skills, trajectories, logprob_fn, teacher_logps=None, assignment=None, record=True):
+        if record:
+            self.teacher_logps, self.assignment = teacher_logps, assignment
         contexts = [t.prompt_ids for t in trajectories]
         responses = [t.completion_ids for t in trajectories]
         values = logprob_fn(contexts, responses)
-        self.calls.append(("score", [s.skill_id for s in skills], [t.advantage for t in trajectories], values))
-        return {s.skill_id: {"strength": 0.1} for s in skills}
+        self.calls.append(("score" if record else "score_unrecorded", [s.skill_id for s in skills],
+                           [t.advantage for t in trajectories], values))
+        # a Strength that depends on the values, so a log-prob gap shows as a Strength gap
+        return {s.skill_id: {"strength": float(sum(v.sum() for v in values)), "utility": 0.0} for s in skills}
 
     def end_step(self, step):
         self.calls.append(("end_step", step))
@@ -145,6 +148,22 @@ def run_agent_loop(tokenizer, server, globals_, cfg, task_id: str = "toy-3", **k
 def position_logprobs(length: int) -> torch.Tensor:
     """The fake actor's log-probs: position j of a sequence holds -0.001 * (j + 1)."""
     return -0.001 * torch.arange(1, length + 1, dtype=torch.float32)
+
+
+class FakePrefillClient:
+    """verl's ``LLMServerClient.generate`` for prefill requests, in vLLM's prompt_logprobs contract, with the
+    fake actor's values shifted by ``offset`` (0: a server serving the actor's weights)."""
+
+    def __init__(self, offset: float = 0.0):
+        self.offset, self.requests = offset, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests.append((list(prompt_ids), dict(sampling_params)))
+        values = (position_logprobs(len(prompt_ids) - 1) + self.offset).tolist()
+        return TokenOutput(token_ids=[0], log_probs=[0.0], extra_fields={
+            "prompt_ids": [[t] for t in prompt_ids[1:]] + [[0]], "prompt_logprobs": [[v] for v in values] + [[0.0]]})
 
 
 class FakeActorGroup:

@@ -1,7 +1,8 @@
 """The ``skillduet:`` section of a verl config: the method's settings plus what only the verl adapter needs.
 
 Method keys go to :class:`~skillduet_plugin.config.SkillDuetConfig` (validated there); the adapter keys are
-``env`` (the environment the ``skillduet_agent`` loop plays), ``bank_path`` and ``global_server``.
+``env`` (the environment the ``skillduet_agent`` loop plays), ``bank_path``, ``global_server`` and
+``teacher_logprobs`` (where teacher and scoring log-probs are computed).
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from typing import Any, Mapping
 
 from skillduet_plugin.config import ConfigError, SkillDuetConfig
 
-ADAPTER_KEYS = ("env", "bank_path", "global_server")
+ADAPTER_KEYS = ("env", "bank_path", "global_server", "teacher_logprobs")
+
+#: ``actor``: an FSDP forward on the actor workers (default). ``rollout``: prefill requests with
+#: ``prompt_logprobs`` to the rollout servers, which serve the same weights after each sync (no FSDP pass; on a
+#: GPU the replicas then stay awake until scoring is done). ``compare``: both, the rollout values are used and
+#: the step logs their gap to the actor's (``skillduet/check/*``), a debugging mode that pays for both.
+TEACHER_LOGPROB_SOURCES = ("actor", "rollout", "compare")
 
 
 @dataclass
@@ -61,6 +68,12 @@ class VerlSettings:
     env: EnvSettings
     bank_path: str | None = None
     global_server: str = "skillduet_global_skills"
+    teacher_logprobs: str = "actor"
+
+    def __post_init__(self) -> None:
+        if self.teacher_logprobs not in TEACHER_LOGPROB_SOURCES:
+            raise ConfigError(f"skillduet.teacher_logprobs={self.teacher_logprobs!r} is invalid: allowed values are "
+                              f"{', '.join(TEACHER_LOGPROB_SOURCES)}")
 
     def resolved_bank_path(self, default_local_dir: str) -> str:
         """``bank_path``, or ``<trainer.default_local_dir>/skillduet/bank.sqlite``."""
@@ -98,8 +111,9 @@ def parse_settings(section: Any) -> VerlSettings:
     env = EnvSettings(**{k: (dict(v) if k == "env_kwargs" else v) for k, v in env_data.items()})
     bank_path = data.pop("bank_path", None)
     global_server = data.pop("global_server", None) or "skillduet_global_skills"
+    teacher_logprobs = data.pop("teacher_logprobs", None) or "actor"
     return VerlSettings(method=SkillDuetConfig.from_dict(data), env=env, bank_path=bank_path,
-                        global_server=str(global_server))
+                        global_server=str(global_server), teacher_logprobs=teacher_logprobs)
 
 
 def settings_from_trainer_config(config: Any) -> VerlSettings:
@@ -108,4 +122,4 @@ def settings_from_trainer_config(config: Any) -> VerlSettings:
     return parse_settings(section)
 
 
-__all__ = ["ADAPTER_KEYS", "EnvSettings", "VerlSettings", "parse_settings", "settings_from_trainer_config"]
+__all__ = ["ADAPTER_KEYS", "TEACHER_LOGPROB_SOURCES", "EnvSettings", "VerlSettings", "parse_settings", "settings_from_trainer_config"]

@@ -8,6 +8,12 @@ has none); the actor
 trains with the SkillDuet engine loss (installed once at init); after the rollout weights are synced, the
 lifecycle consolidates every ``consolidation_interval`` steps and the new Globals are published cluster-wide.
 The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and restored on resume.
+
+``skillduet.teacher_logprobs=rollout`` computes the teacher and extra scoring rows with prefill requests to the
+rollout servers (``server_logprobs.py``) instead of the actor's FSDP forward: the replicas serve theta_old after
+every sync. The sync trainer sleeps the replicas right after sampling, so with the option on that sleep is
+deferred to the end of the advantage phase (after scoring). The requests go out as one concurrent batch right after
+extraction, not per group during the rollout: extraction runs in the trainer after verl hands over the whole batch.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested
                                                       tensor_rows, trajectory_advantages)
 from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
                                                      opd_token_weights)
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.integrations.verl.server_logprobs import (max_abs_diff, opd_loss_gap,
+                                                                server_response_logprobs, strength_gap)
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
@@ -45,8 +54,13 @@ class SkillDuetTrainer(PPOTrainerSync):
     """``trainer.v1.trainer_mode=skillduet_sync``; reads the ``skillduet:`` config section."""
 
     def __init__(self, config: Any) -> None:
-        super().__init__(config)
         self.skillduet = settings_from_trainer_config(config)
+        temperature = float(config.actor_rollout_ref.rollout.temperature)
+        if self.skillduet.teacher_logprobs != "actor" and temperature != 1.0:
+            raise ConfigError(f"skillduet.teacher_logprobs={self.skillduet.teacher_logprobs} needs "
+                              f"actor_rollout_ref.rollout.temperature=1.0 (got {temperature}): rollout servers "
+                              "return prompt log-probs of the raw logits; set skillduet.teacher_logprobs=actor")
+        super().__init__(config)
         self.lifecycle: Any = None
         self.chat: Any = None
         self.global_server: Any = None
@@ -55,6 +69,10 @@ class SkillDuetTrainer(PPOTrainerSync):
         self._teacher_rows: dict[str, torch.Tensor] = {}  # traj_id -> teacher log-probs (free scoring rows)
         self._scopes: set[str] = set()
         self._checkpoint_folder: str | None = None
+        self._server_client: Any = None
+        self._sleep_deferred = False
+        self._check: dict[str, float] = {}  # teacher_logprobs=compare: the step's rollout-vs-actor gaps
+        self._reference_rows: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ seams (overridden in tests)
     def _tq_get(self, batch: Any, fields: list[str]) -> TensorDict:
@@ -128,6 +146,25 @@ class SkillDuetTrainer(PPOTrainerSync):
         return max(wg._dispatch_info["actor"]) + 1
 
     def _logprob_fn(self, contexts, responses) -> list[torch.Tensor]:
+        """Teacher and scoring log-probs from the source ``skillduet.teacher_logprobs`` names."""
+        source = getattr(self.skillduet, "teacher_logprobs", "actor")
+        if source == "actor":
+            return self._actor_logprobs(contexts, responses)
+        values = self._server_logprobs(contexts, responses)
+        if source == "compare":
+            self._note_gap(values, self._actor_logprobs(contexts, responses))
+        return values
+
+    def _note_gap(self, served: list[torch.Tensor], actor: list[torch.Tensor]) -> None:
+        gap = max_abs_diff(served, actor)
+        self._check["logprob_max_abs_diff"] = max(self._check.get("logprob_max_abs_diff", 0.0), gap)
+
+    def _server_logprobs(self, contexts, responses) -> list[torch.Tensor]:
+        if getattr(self, "_server_client", None) is None:
+            self._server_client = self.llm_server_manager.get_client()
+        return server_response_logprobs(self._server_client, contexts, responses)
+
+    def _actor_logprobs(self, contexts, responses) -> list[torch.Tensor]:
         # verl's engine splits each rank's rows into micro-batches of exactly log_prob_micro_batch_size_per_gpu
         # (unless dynamic batch sizes are on): pad the request to a multiple of dp x that size.
         rollout = self.config.actor_rollout_ref.rollout
@@ -136,9 +173,21 @@ class SkillDuetTrainer(PPOTrainerSync):
         return compute_response_logprobs(self.actor_rollout_wg, contexts, responses, temperature=rollout.temperature,
                                          dp_size=self._actor_dp_size() * micro)
 
+    def on_sample_end(self) -> None:
+        if getattr(self.skillduet, "teacher_logprobs", "actor") == "actor":
+            super().on_sample_end()
+        else:  # the rollout servers answer the teacher/scoring prefills: sleep them after scoring
+            self._sleep_deferred = True
+
+    def _release_rollout(self) -> None:
+        if getattr(self, "_sleep_deferred", False):
+            self._sleep_deferred = False
+            super().on_sample_end()
+
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
         batch = super()._compute_old_log_prob(batch, metrics)
         method = self.skillduet.method
+        self._check = {}
         self._extraction, self._trajectories, self._teacher_rows = ExtractionResult(), [], {}
         if not method.extract_local:
             return batch
@@ -167,12 +216,29 @@ class SkillDuetTrainer(PPOTrainerSync):
                                   self.chat)
         rows = [i for i, ok in enumerate(plan.has_skill) if ok]
         teacher = [torch.zeros(len(r), dtype=torch.float32) for r in plan.responses]
+        reference = list(teacher)  # teacher_logprobs=compare: the actor's teacher rows
+        compare = self.skillduet.teacher_logprobs == "compare"
         if rows:
-            values = self._logprob_fn([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
+            ctx, resp = [plan.contexts[i] for i in rows], [plan.responses[i] for i in rows]
+            values = self._server_logprobs(ctx, resp) if compare else self._logprob_fn(ctx, resp)
             for i, value in zip(rows, values):
                 teacher[i] = value
+            if compare:
+                actor = self._actor_logprobs(ctx, resp)
+                self._note_gap(values, actor)
+                for i, value in zip(rows, actor):
+                    reference[i] = value
         traj_of = {row: traj.traj_id for row, traj in self._trajectories}
         self._teacher_rows = {traj_of[i]: teacher[i] for i in rows if i in traj_of}
+        self._reference_rows = {traj_of[i]: reference[i] for i in rows if i in traj_of}
+        if compare:
+            old = [torch.tensor(t.base_logps or [0.0] * len(plan.responses[row])) for row, t in self._trajectories]
+            picked = [row for row, _ in self._trajectories]
+            loss_rollout, loss_actor = opd_loss_gap(old, [teacher[i] for i in picked], [reference[i] for i in picked],
+                                                    [masks[i] for i in picked], [plan.has_skill[i] for i in picked],
+                                                    beta=self.skillduet.method.gate_beta)
+            self._check["opd_loss_rollout"], self._check["opd_loss_actor"] = loss_rollout, loss_actor
+            self._check["opd_loss_abs_diff"] = abs(loss_rollout - loss_actor)
         opd_mask = opd_token_weights(masks, plan.has_skill)  # Eq. 1 over the whole batch (loss.py)
         metrics["skillduet/opd_trajectory_ratio"] = plan.num_supervised / max(1, len(self._trajectories))
         fields = TensorDict({TEACHER_LOGPROBS_KEY: nested(teacher), OPD_MASK_KEY: nested(opd_mask)},
@@ -180,6 +246,13 @@ class SkillDuetTrainer(PPOTrainerSync):
         return self._tq_put(batch, fields)
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        try:
+            return self._advantage_and_scores(batch, metrics)
+        finally:
+            self._release_rollout()
+            metrics.update({f"skillduet/check/{k}": v for k, v in getattr(self, "_check", {}).items()})
+
+    def _advantage_and_scores(self, batch: Any, metrics: dict) -> Any:
         batch = super()._compute_advantage(batch, metrics)
         if not self._extraction.skills or not self._trajectories:
             return batch
@@ -188,9 +261,16 @@ class SkillDuetTrainer(PPOTrainerSync):
         for row, traj in self._trajectories:
             traj.advantage = advantages[row]
         # Scoring runs before the actor update: Delta is measured under the weights that rolled out.
+        trajectories = [t for _, t in self._trajectories]
+        if self.skillduet.teacher_logprobs == "compare":  # Strength from the actor's rows, not recorded
+            reference = self.lifecycle.score(self._extraction.skills, trajectories, self._actor_logprobs,
+                                             teacher_logps=self._reference_rows,
+                                             assignment=self._extraction.assignment, record=False)
         with self._timer("skillduet_score"):
-            self.lifecycle.score(self._extraction.skills, [t for _, t in self._trajectories], self._logprob_fn,
-                                 teacher_logps=self._teacher_rows, assignment=self._extraction.assignment)
+            scores = self.lifecycle.score(self._extraction.skills, trajectories, self._logprob_fn,
+                                          teacher_logps=self._teacher_rows, assignment=self._extraction.assignment)
+        if self.skillduet.teacher_logprobs == "compare":
+            self._check.update(strength_gap(scores, reference))
         return batch
 
     def on_step_end(self) -> None:

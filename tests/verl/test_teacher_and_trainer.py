@@ -228,3 +228,66 @@ def test_logprob_requests_are_padded_to_whole_micro_batches(monkeypatch, tiny_to
         out = trainer._logprob_fn(contexts, responses)
         assert trainer.actor_rollout_wg.requests[-1].batch_size[0] == expected
         assert [len(o) for o in out] == [2, 1, 3]
+
+
+def _step(trainer, chat):
+    records, prompts, responses, masks, old = _rows(chat)
+    tq = MemoryTQ({"prompts": prompts, "responses": responses, "response_mask": masks, "old_log_probs": old,
+                   "extra_fields": records, "advantages": [torch.full((len(r),), float(i)) for i, r in
+                                                            enumerate(responses)]})
+    trainer._tq_get, trainer._tq_put = tq.get, tq.put
+    batch = FakeBatch(keys=["k0", "k1", "k2", "pad"], tags=[{}, {}, {}, {"is_padding": True}])
+    metrics: dict = {}
+    trainer._compute_old_log_prob(batch, metrics)
+    teacher = tensor_rows(tq.fields[TEACHER_LOGPROBS_KEY])
+    trainer._compute_advantage(batch, metrics)
+    return teacher, metrics
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e-3])
+def test_rollout_server_teacher_logprobs_and_compare_mode(monkeypatch, tiny_tokenizer, tmp_path, offset):
+    """teacher_logprobs=rollout: teacher and scoring rows come from prefill requests, no actor forward, and the
+    replicas sleep only after scoring; compare: both, the gaps are logged (a server off by ``offset`` shows)."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from fakes import FakePrefillClient
+
+    from skillduet_plugin.integrations.verl.settings import parse_settings
+
+    chat = ChatTokenizer(tiny_tokenizer)
+    slept: list[str] = []
+    monkeypatch.setattr(PPOTrainerSync, "on_sample_end", lambda self: slept.append("sleep"))
+    reference, _ = _step(_trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle(skill_rows={0, 2})), chat)
+
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle(skill_rows={0, 2}))
+    trainer.skillduet = parse_settings({"opd_coef": 0.5, "teacher_logprobs": "rollout"})
+    trainer._server_client = client = FakePrefillClient(offset)
+    trainer.on_sample_end()
+    assert slept == []  # deferred: the servers still answer this step's prefills
+    teacher, metrics = _step(trainer, chat)
+    assert slept == ["sleep"] and trainer.actor_rollout_wg.requests == []
+    assert len(client.requests) == 2 + 3  # two teacher rows, then the (fake) lifecycle's three scoring rows
+    assert max(float((a - b).abs().max()) for a, b in zip(teacher, reference)) == pytest.approx(offset, abs=1e-7)
+    assert not any(k.startswith("skillduet/check/") for k in metrics)
+
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle(skill_rows={0, 2}))
+    trainer.skillduet = parse_settings({"opd_coef": 0.5, "teacher_logprobs": "compare"})
+    trainer._server_client = FakePrefillClient(offset)
+    _, metrics = _step(trainer, chat)
+    assert metrics["skillduet/check/logprob_max_abs_diff"] == pytest.approx(offset, abs=1e-7)
+    assert (metrics["skillduet/check/opd_loss_abs_diff"] > 1e-5) == (offset > 0)
+    assert (metrics["skillduet/check/strength_abs_diff"] > 1e-5) == (offset > 0)
+    assert [c[0] for c in trainer.lifecycle.calls if c[0].startswith("score")] == ["score_unrecorded", "score"]
+
+
+def test_rollout_teacher_logprobs_refuse_other_temperatures(tmp_path):
+    from skillduet_plugin.config import ConfigError
+    from skillduet_plugin.integrations.verl.settings import parse_settings
+    from skillduet_plugin.integrations.verl.trainer import SkillDuetTrainer
+    from skillduet_plugin.main_ppo import compose
+
+    with pytest.raises(ConfigError, match="teacher_logprobs=rollout needs actor_rollout_ref.rollout.temperature"):
+        SkillDuetTrainer(compose(["trainer.plugins=[skillduet]", f"trainer.default_local_dir={tmp_path}",
+                                  "skillduet.teacher_logprobs=rollout", "actor_rollout_ref.rollout.temperature=0.7"]))
+    with pytest.raises(ConfigError, match="skillduet.teacher_logprobs='server' is invalid: allowed values are actor"):
+        parse_settings({"teacher_logprobs": "server"})

@@ -30,6 +30,15 @@ def assert_rollout_synced(metrics: dict[int, dict], steps) -> None:
         assert metrics[step][GAP] < 1e-6, f"step {step}: rollout-vs-actor gap {metrics[step][GAP]:.3g}"
 
 
+def assert_server_logprobs_match(m: dict, step: int) -> None:
+    """teacher_logprobs=compare: the rollout server's teacher/scoring rows, the step's OPD loss and Strength
+    equal the actor-computed ones within 1e-5."""
+    for key in ("logprob_max_abs_diff", "opd_loss_abs_diff", "strength_abs_diff", "utility_abs_diff"):
+        assert m[f"skillduet/check/{key}"] < 1e-5, (step, key, m[f"skillduet/check/{key}"])
+    assert m["skillduet/check/scored_both"] >= 1, step  # Strength was compared on at least one candidate
+    assert m["skillduet/check/opd_loss_actor"] != 0.0, step  # the loss compared is not an empty sum
+
+
 def _tail(path: Path, n: int = 6000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else "(no log)"
 
@@ -71,8 +80,12 @@ def _bank_globals(bank_dir: Path) -> dict[str, list[tuple[int, str]]]:
 def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     """trainer.plugins=[skillduet] on generated ALFWorld games: 2 steps checkpointed every step, then a resume
     for step 3 that starts from the checkpoint's bank and Global (the live bank is rolled back first, so only
-    a real restore passes)."""
-    metrics = _fit(tmp_path, "skillduet", steps=2, save_freq=1)
+    a real restore passes).
+
+    Steps 1-2 run with ``skillduet.teacher_logprobs=compare``: teacher and scoring rows come from prefill
+    requests to the rollout server, and each step also computes them with the actor and logs the gaps
+    (log-probs, the step's OPD loss, Strength); the resumed step 3 runs the default actor path."""
+    metrics = _fit(tmp_path, "skillduet", steps=2, save_freq=1, overrides=["skillduet.teacher_logprobs=compare"])
     assert sorted(metrics) == [1, 2]
     for step, m in metrics.items():
         assert m["skillduet/local_skills"] > 0, step
@@ -80,6 +93,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
         assert math.isfinite(m["actor/skillduet/opd_loss"]), step
         assert 0.0 < m["actor/skillduet/opd/gate_active_ratio"] < 1.0, step
         assert m["skillduet/skills/global_scopes"] >= 1, step  # consolidation_interval=1
+        assert_server_logprobs_match(m, step)
     assert metrics[1]["skillduet/rollout_global_version"] == -1  # nothing consolidated before step 1
     assert metrics[2]["skillduet/rollout_global_version"] >= 1  # step 1's Global was in step 2's prompts
     assert_rollout_synced(metrics, [2])
@@ -107,6 +121,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     newest = max(v for versions in saved[2].values() for v, _ in versions)
     assert resumed[3]["skillduet/rollout_global_version"] == newest
     assert resumed[3]["skillduet/local_skills"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
+    assert not any(k.startswith("skillduet/check/") for k in resumed[3])  # the default: actor log-probs only
     assert_rollout_synced(resumed, [3])
     after = _bank_globals(ckpt / "global_step_3" / "skillduet" / "bank")
     for scope, versions in saved[2].items():  # step 3 only appended to the checkpoint's history

@@ -122,4 +122,5 @@ def settings_from_trainer_config(config: Any) -> VerlSettings:
     return parse_settings(section)
 
 
-__all__ = ["ADAPTER_KEYS", "TEACHER_LOGPROB_SOURCES", "EnvSettings", "VerlSettings", "parse_settings", "settings_from_trainer_config"]
+__all__ = ["ADAPTER_KEYS", "TEACHER_LOGPROB_SOURCES", "EnvSettings", "VerlSettings", "parse_settings",
+           "settings_from_trainer_config"]

@@ -199,3 +199,22 @@ def test_end_step_is_idempotent_for_a_replayed_step(tmp_path, tiny_tokenizer):
     assert [(r.scope, r.version, r.items, r.kept) for r in again] == [(r.scope, r.version, r.items, r.kept)
                                                                         for r in first]
     assert [v.version for v in lc.bank.history("clean")] == [1]
+
+
+@pytest.mark.parametrize("heldout", ["teacher", "same_scope"])
+def test_score_without_recording_returns_the_same_scores_and_writes_nothing(tmp_path, tiny_tokenizer, heldout):
+    """``record=False`` (the verl trainer's rollout-vs-actor comparison) computes the scores ``score`` records,
+    and leaves the bank's cached scores and the step metrics alone."""
+    cfg = SkillDuetConfig(consolidation_interval=5, heldout=heldout, skill_token_budget=400)
+    lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=FakeBackend(),
+                        synthesizer=FakeBackend(), similarity=None)
+    chat = ChatTokenizer(tiny_tokenizer)
+    trajs = _step_trajectories(1, chat, lc)
+    result = lc.extract(trajs, 1)
+    dry = lc.score(result.skills, trajs, _length_logprob_fn, assignment=result.assignment, record=False)
+    unscored = [s.scores["strength"] for s in lc.bank.candidates()]
+    assert unscored and all(v is None for v in unscored) and "skills/strength_mean" not in lc.metrics()
+    recorded = lc.score(result.skills, trajs, _length_logprob_fn, assignment=result.assignment)
+    assert dry == recorded and any(v["strength"] for v in dry.values())
+    assert all(s.scores["strength"] is not None for s in lc.bank.candidates() if recorded[s.skill_id]["strength"])
+    assert lc.metrics()["skills/strength_mean"] > 0

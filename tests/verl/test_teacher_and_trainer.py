@@ -111,16 +111,22 @@ def _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle):
     return trainer
 
 
-def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch, tiny_tokenizer, tmp_path):
-    chat = ChatTokenizer(tiny_tokenizer)
+def _step_batch(trainer, chat):
+    """The rows of ``_rows`` (plus a padding row) in an in-memory TransferQueue wired into ``trainer``."""
     records, prompts, responses, masks, old = _rows(chat)
-    lifecycle = FakeLifecycle(skill_rows={0, 2})
-    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle)
     tq = MemoryTQ({"prompts": prompts, "responses": responses, "response_mask": masks, "old_log_probs": old,
                    "extra_fields": records, "advantages": [torch.full((len(r),), float(i)) for i, r in
                                                             enumerate(responses)]})
     trainer._tq_get, trainer._tq_put = tq.get, tq.put
-    batch = FakeBatch(keys=["k0", "k1", "k2", "pad"], tags=[{}, {}, {}, {"is_padding": True}])
+    return tq, FakeBatch(keys=["k0", "k1", "k2", "pad"], tags=[{}, {}, {}, {"is_padding": True}])
+
+
+def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch, tiny_tokenizer, tmp_path):
+    chat = ChatTokenizer(tiny_tokenizer)
+    _, prompts, responses, masks, _ = _rows(chat)
+    lifecycle = FakeLifecycle(skill_rows={0, 2})
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle)
+    tq, batch = _step_batch(trainer, chat)
     metrics: dict = {}
     trainer._compute_old_log_prob(batch, metrics)
 
@@ -231,12 +237,7 @@ def test_logprob_requests_are_padded_to_whole_micro_batches(monkeypatch, tiny_to
 
 
 def _step(trainer, chat):
-    records, prompts, responses, masks, old = _rows(chat)
-    tq = MemoryTQ({"prompts": prompts, "responses": responses, "response_mask": masks, "old_log_probs": old,
-                   "extra_fields": records, "advantages": [torch.full((len(r),), float(i)) for i, r in
-                                                            enumerate(responses)]})
-    trainer._tq_get, trainer._tq_put = tq.get, tq.put
-    batch = FakeBatch(keys=["k0", "k1", "k2", "pad"], tags=[{}, {}, {}, {"is_padding": True}])
+    tq, batch = _step_batch(trainer, chat)
     metrics: dict = {}
     trainer._compute_old_log_prob(batch, metrics)
     teacher = tensor_rows(tq.fields[TEACHER_LOGPROBS_KEY])

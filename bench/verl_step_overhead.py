@@ -1,0 +1,72 @@
+"""Benchmark: a SkillDuet step vs a GRPO step on verl's real loop (``main_ppo`` / ``fit()``) on CPU.
+
+Each configuration is one ``main_ppo`` process through the test-only CPU rollout backend
+(``skillduet_plugin.testing.verl_cpu_run``: tiny model, generated ALFWorld games, offline analyzer), run
+alternately (A B A B ...) because verl cannot host two trainers in one process:
+
+- ``skillduet``: the plugin with the paper defaults (Strength from the teacher pass, consolidation every step
+  as in the CPU runner);
+- ``grpo``: the same plugin, agent loop and games with extraction, OPD and the Global off.
+verl's own ``timing_s/*`` per step (``gen``, ``old_log_prob``, ``adv``, ``update_actor``, ``step`` and the
+plugin's ``skillduet_*`` phases) are read from its file logger; step 1 (warm-up) is dropped. Headline:
+``verl_step_overhead`` = median(SkillDuet ``timing_s/step``) / median(GRPO ``timing_s/step``). Measured on CPU
+only: a GPU changes every share.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import _common  # noqa: E402
+
+GRPO = ["skillduet.opd_coef=0", "skillduet.use_global=false", "skillduet.extract_local=false"]
+PHASES = ("gen", "old_log_prob", "adv", "update_actor", "skillduet_extract", "skillduet_teacher", "skillduet_score",
+          "skillduet_end_step", "step")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _common.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 4; smoke 2)")
+    args = parser.parse_args(argv)
+    from skillduet_plugin.testing.verl_cpu_run import read_metrics, run
+
+    steps = args.steps or (2 if args.smoke else 4)
+    repeats = args.repeats or (1 if (args.smoke or args.quick) else 2)
+    load_before = _common.machine_conditions().get("load_avg")
+    per_step: dict[str, list[dict[str, float]]] = {"skillduet": [], "grpo": []}
+    with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
+        for rnd in range(repeats):
+            for name, overrides in (("skillduet", []), ("grpo", GRPO)):
+                out = Path(tmp) / f"{name}_{rnd}"
+                metrics = out / "metrics.jsonl"
+                code = run(out, steps=steps, save_freq=-1, metrics=str(metrics), overrides=overrides,
+                           log=str(out / "run.log"), timeout=1800)
+                if code != 0:
+                    print((out / "run.log").read_text(errors="replace")[-4000:], file=sys.stderr)
+                    raise SystemExit(f"{name} run {rnd} exited {code}")
+                for step, values in sorted(read_metrics(metrics).items()):
+                    if step > 1:  # step 1 pays start-up costs
+                        per_step[name].append({p: float(values.get(f"timing_s/{p}", 0.0)) for p in PHASES})
+
+    def med(name: str, phase: str) -> float:
+        return statistics.median(r[phase] for r in per_step[name])
+
+    table = {name: {p: med(name, p) for p in PHASES} for name in per_step}
+    ratio = table["skillduet"]["step"] / table["grpo"]["step"]
+    results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps"},
+               "median_timing_s": table,
+               "phase_ratios": {p: (table["skillduet"][p] / table["grpo"][p] if table["grpo"][p] else None)
+                                for p in PHASES},
+               "per_step_s": {n: [round(r["step"], 3) for r in rs] for n, rs in per_step.items()},
+               "load_avg_before": load_before}
+    _common.report("verl_step_overhead", ratio, results, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

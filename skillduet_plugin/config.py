@@ -7,175 +7,88 @@ and what is allowed, so a typo in a recipe fails before a GPU is allocated.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+from skillduet_plugin.core.names import OPD_AGGREGATIONS
+from skillduet_plugin.core.settings import ConfigError, check_keys, invalid, setting, validate_fields
+from skillduet_plugin.llm.config import BackendConfig
 
 SELECTORS = ("strength", "utility", "contrast", "random")
 HELDOUT_POLICIES = ("teacher", "same_scope", "same_scope_other_tasks", "any")
 SCOPE_KINDS = ("task_type", "task", "single")
 SKILL_POSITIONS = ("after_task", "system", "user_start")
-OPD_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-BACKEND_KINDS = ("offline", "openai", "transformers")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field, the value and the fix."""
-
-
-def _fail(name: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"{name}={value!r} is invalid: {allowed}")
-
-
-def _check_number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None,
-                  lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(name, value, "expected a number")
-    if integer and not float(value).is_integer():
-        _fail(name, value, "expected an integer")
-    if isinstance(value, float) and not math.isfinite(value):
-        _fail(name, value, "expected a finite number")
-    if lo is not None and (value <= lo if lo_open else value < lo):
-        _fail(name, value, f"must be {'>' if lo_open else '>='} {lo}")
-    if hi is not None and (value >= hi if hi_open else value > hi):
-        _fail(name, value, f"must be {'<' if hi_open else '<='} {hi}")
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        _fail(name, value, f"allowed values are {', '.join(choices)}")
-
-
-@dataclass
-class BackendConfig:
-    """How to reach the analyzer or synthesizer LLM.
-
-    ``offline`` is the deterministic rule-based backend (CPU runs, tests); ``openai`` is any
-    OpenAI-compatible server (``vllm serve``, SGLang, a hosted API); ``transformers`` runs a model in process
-    (``model="policy"`` reuses the policy being trained, the "self-analyzer" mode).
-    """
-
-    kind: str = "offline"
-    model: str = ""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 120.0
-    max_retries: int = 3
-    backoff_s: float = 1.0
-    concurrency: int = 8
-    temperature: float = 0.3
-    max_tokens: int = 1024
-
-    def validate(self, prefix: str) -> None:
-        _check_choice(f"{prefix}.kind", self.kind, BACKEND_KINDS)
-        if self.kind in ("openai", "transformers") and not self.model:
-            _fail(f"{prefix}.model", self.model,
-                  f"a model name is required when {prefix}.kind={self.kind!r}")
-        if self.kind == "openai" and not str(self.base_url).startswith(("http://", "https://")):
-            _fail(f"{prefix}.base_url", self.base_url, "expected an http(s) URL such as http://host:8000/v1")
-        _check_number(f"{prefix}.timeout_s", self.timeout_s, lo=0, lo_open=True)
-        _check_number(f"{prefix}.max_retries", self.max_retries, lo=0, integer=True)
-        _check_number(f"{prefix}.backoff_s", self.backoff_s, lo=0)
-        _check_number(f"{prefix}.concurrency", self.concurrency, lo=1, integer=True)
-        _check_number(f"{prefix}.temperature", self.temperature, lo=0)
-        _check_number(f"{prefix}.max_tokens", self.max_tokens, lo=1, integer=True)
-
-    @property
-    def api_key(self) -> str:
-        return os.environ.get(self.api_key_env, "EMPTY")
 
 
 @dataclass
 class SkillDuetConfig:
-    """The SkillDuet method's knobs (paper defaults).
+    """The SkillDuet method's knobs (paper defaults); each field's help text is its documentation."""
 
-    Attributes:
-        opd_coef: lambda_OPD, weight of the gated on-policy distillation term. 0 turns OPD off.
-        gate_beta: beta of the confidence gate sigmoid(beta * (t - s)); the paper uses 5.
-        opd_agg: how per-token OPD terms are aggregated (verl's modes; the paper's Eq. 1 is token-mean).
-        consolidation_interval: consolidate Local candidates into the Global every N training steps.
-        keep_ratio: fraction of deduplicated candidates kept per consolidation (top by the selector).
-        selector: which score ranks candidates: strength (paper default), utility, contrast, random.
-        use_global: inject the Global into rollout prompts. False is the "Local-only" ablation.
-        extract_local: run the analyzer each step. False (with opd_coef=0, use_global=False) is plain GRPO.
-        scope: what a Global serves: the task type (default), each task, or one Global for everything.
-        heldout: which trajectories score a candidate. ``teacher`` (default): the trajectories that have the
-            candidate as OPD teacher context and did not produce it, read from the teacher pass at no extra
-            forward, plus budgeted extra forwards for candidates without any (``skills.teacher_scoring``);
-            the pairwise estimator (one forward per candidate and trajectory): ``same_scope`` (same scope minus
-            its sources), ``same_scope_other_tasks`` (minus its whole task group), ``any`` (any but its sources).
-        max_heldout: cap on |H_L| per candidate for the pairwise estimator and the extra rows of ``teacher``.
-        scoring_budget: with ``heldout=teacher``, the extra scoring forwards of a step process at most this
-            fraction of the step's rollout tokens (prompt + completion); 0 scores from the teacher pass only.
-        skill_token_budget: token budget of a scope's Global (policy tokenizer); longer Globals are compressed.
-        local_skill_token_budget: token budget of one Local skill inside a teacher prompt.
-        max_skill_chars: hard cap on any skill text coming back from an LLM (untrusted output).
-        skill_position: where skills are inserted in the first user turn.
-        dedupe_threshold: similarity above which two candidates count as near-duplicates.
-        analyzer / synthesizer: LLM backends.
-        seed: seeds the random selector and every other stochastic choice of the lifecycle.
-    """
-
-    opd_coef: float = 0.1
-    gate_beta: float = 5.0
-    opd_agg: str = "token-mean"
-    consolidation_interval: int = 10
-    keep_ratio: float = 0.5
-    selector: str = "strength"
-    use_global: bool = True
-    extract_local: bool = True
-    scope: str = "task_type"
-    heldout: str = "teacher"
-    max_heldout: int = 8
-    scoring_budget: float = 0.5
-    skill_token_budget: int = 1024
-    local_skill_token_budget: int = 256
-    max_skill_chars: int = 4000
-    skill_position: str = "after_task"
-    dedupe_threshold: float = 0.9
-    analyzer: BackendConfig = field(default_factory=BackendConfig)
-    synthesizer: BackendConfig = field(default_factory=BackendConfig)
-    seed: int = 0
+    opd_coef: float = setting(0.1, "lambda_OPD, weight of the gated on-policy distillation term; 0 turns OPD off",
+                              lo=0)
+    gate_beta: float = setting(5.0, "beta of the confidence gate sigmoid(beta * (t - s)); the paper uses 5", lo=0)
+    opd_agg: str = setting("token-mean", "how per-token OPD terms are aggregated on TRL (the paper's Eq. 1 is "
+                           "token-mean); verl aggregates with actor_rollout_ref.actor.loss_agg_mode instead",
+                           choices=OPD_AGGREGATIONS)
+    consolidation_interval: int = setting(10, "consolidate Local candidates into the Global every N training steps",
+                                          kind="int", lo=1)
+    keep_ratio: float = setting(0.5, "fraction of deduplicated candidates kept per consolidation (top by the "
+                                "selector)", lo=0, hi=1, lo_open=True)
+    selector: str = setting("strength", "which score ranks candidates: strength (paper default), utility, "
+                            "contrast, random", choices=SELECTORS)
+    use_global: bool = setting(True, "inject the Global into rollout prompts; false is the Local-only ablation",
+                               kind="bool")
+    extract_local: bool = setting(True, "run the analyzer each step; false (with opd_coef=0, use_global=false) is "
+                                  "plain GRPO", kind="bool")
+    scope: str = setting("task_type", "what a Global serves: the task type, each task, or one Global for "
+                         "everything (task and single on TRL only; verl serves task types)", choices=SCOPE_KINDS)
+    heldout: str = setting("teacher", "which trajectories score a candidate: teacher (default) reads the "
+                           "trajectories that have the candidate as OPD teacher context and did not produce it from "
+                           "the teacher pass at no extra forward, plus budgeted extra forwards for candidates without "
+                           "any (skills.teacher_scoring); the pairwise estimator (one forward per candidate and "
+                           "trajectory): same_scope (same scope minus its sources), same_scope_other_tasks (minus its "
+                           "whole task group), any (any trajectory but its sources)", choices=HELDOUT_POLICIES)
+    max_heldout: int = setting(8, "cap on |H_L| per candidate for the pairwise estimator and the extra rows of "
+                               "teacher", kind="int", lo=1)
+    scoring_budget: float = setting(0.5, "with heldout=teacher, the extra scoring forwards of a step process at most "
+                                    "this fraction of the step's rollout tokens (prompt + completion); 0 scores "
+                                    "from the teacher pass only", lo=0)
+    skill_token_budget: int = setting(1024, "token budget of a scope's Global (policy tokenizer); longer Globals "
+                                      "are compressed", kind="int", lo=16)
+    local_skill_token_budget: int = setting(256, "token budget of one Local skill inside a teacher prompt",
+                                            kind="int", lo=8)
+    max_skill_chars: int = setting(4000, "hard cap on any skill text coming back from an LLM (untrusted output)",
+                                   kind="int", lo=32)
+    skill_position: str = setting("after_task", "where skills are inserted in the first user turn",
+                                  choices=SKILL_POSITIONS)
+    dedupe_threshold: float = setting(0.9, "similarity above which two candidates count as near-duplicates",
+                                      lo=0, hi=1, lo_open=True)
+    analyzer: BackendConfig = field(default_factory=BackendConfig, metadata={"help": "the analyzer LLM backend"})
+    synthesizer: BackendConfig = field(default_factory=BackendConfig,
+                                       metadata={"help": "the synthesizer LLM backend"})
+    seed: int = setting(0, "seeds the random selector and every other stochastic choice of the lifecycle",
+                        kind="int", lo=0)
 
     def __post_init__(self) -> None:
         for name in ("analyzer", "synthesizer"):
             value = getattr(self, name)
             if isinstance(value, Mapping):
-                setattr(self, name, _backend_from_dict(dict(value), name))
+                setattr(self, name, BackendConfig.from_dict(value, name))
             elif not isinstance(value, BackendConfig):
-                _fail(name, value, "expected a mapping of backend settings or a BackendConfig")
+                invalid(name, value, "expected a mapping of backend settings or a BackendConfig")
         self.validate()
 
     def validate(self) -> None:
-        _check_number("opd_coef", self.opd_coef, lo=0)
-        _check_number("gate_beta", self.gate_beta, lo=0)
-        _check_choice("opd_agg", self.opd_agg, OPD_AGGREGATIONS)
-        _check_number("consolidation_interval", self.consolidation_interval, lo=1, integer=True)
-        _check_number("keep_ratio", self.keep_ratio, lo=0, hi=1, lo_open=True)
-        _check_choice("selector", self.selector, SELECTORS)
-        for flag in ("use_global", "extract_local"):
-            if not isinstance(getattr(self, flag), bool):
-                _fail(flag, getattr(self, flag), "expected true or false")
-        _check_choice("scope", self.scope, SCOPE_KINDS)
-        _check_choice("heldout", self.heldout, HELDOUT_POLICIES)
-        _check_number("max_heldout", self.max_heldout, lo=1, integer=True)
-        _check_number("scoring_budget", self.scoring_budget, lo=0)
-        _check_number("skill_token_budget", self.skill_token_budget, lo=16, integer=True)
-        _check_number("local_skill_token_budget", self.local_skill_token_budget, lo=8, integer=True)
-        _check_number("max_skill_chars", self.max_skill_chars, lo=32, integer=True)
-        _check_choice("skill_position", self.skill_position, SKILL_POSITIONS)
-        _check_number("dedupe_threshold", self.dedupe_threshold, lo=0, hi=1, lo_open=True)
-        _check_number("seed", self.seed, lo=0, integer=True)
+        validate_fields(self)
         self.analyzer.validate("analyzer")
         self.synthesizer.validate("synthesizer")
         if self.opd_coef > 0 and not self.extract_local:
-            _fail("extract_local", self.extract_local,
-                  "OPD needs Local skills: set extract_local=true or opd_coef=0")
+            invalid("extract_local", self.extract_local, "OPD needs Local skills: set extract_local=true or opd_coef=0")
         if self.use_global and not self.extract_local:
-            _fail("use_global", self.use_global,
-                  "the Global is built from Local skills: set extract_local=true or use_global=false")
+            invalid("use_global", self.use_global,
+                    "the Global is built from Local skills: set extract_local=true or use_global=false")
 
     @property
     def is_plain_grpo(self) -> bool:
@@ -187,21 +100,12 @@ class SkillDuetConfig:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "SkillDuetConfig":
         """Build from a plain mapping (e.g. the ``skillduet:`` section of a YAML or Hydra config)."""
         data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown SkillDuet setting(s) {', '.join(unknown)}: allowed keys are {', '.join(sorted(known))}")
+        check_keys("", data, cls)
         return cls(**data)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "SkillDuetConfig":
-        import yaml
-
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of SkillDuet settings, got {type(data).__name__}")
+        data = read_yaml(path)
         if "skillduet" in data and isinstance(data["skillduet"], Mapping):
             data = data["skillduet"]
         return cls.from_dict(data)
@@ -215,14 +119,29 @@ class SkillDuetConfig:
         return SkillDuetConfig.from_dict(data)
 
 
-def _backend_from_dict(data: dict[str, Any], prefix: str) -> BackendConfig:
-    known = {f.name for f in fields(BackendConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown {prefix} setting(s) {', '.join(f'{prefix}.{k}' for k in unknown)}: "
-            f"allowed keys are {', '.join(sorted(known))}")
-    return BackendConfig(**data)
+def read_yaml(path: str | os.PathLike, what: str = "settings") -> dict[str, Any]:
+    """A YAML config file as a mapping; a missing file, a syntax error or a non-mapping is one ConfigError line
+    naming the file (and the line and column of a syntax error)."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file {str(path)!r} not found: pass an existing YAML file")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"config file {str(path)!r}{where}: YAML syntax error ({problem}): fix the YAML "
+                          f"there (indentation, a missing ':' or an unclosed quote or bracket)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read ({exc}): pass a readable UTF-8 YAML file") \
+            from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping of {what} at the top level, got "
+                          f"{type(data).__name__}")
+    return dict(data)
 
 
 def preset(name: str, **overrides: Any) -> SkillDuetConfig:
@@ -238,7 +157,7 @@ def preset(name: str, **overrides: Any) -> SkillDuetConfig:
         "grpo": {"opd_coef": 0.0, "use_global": False, "extract_local": False},
     }
     if name not in presets:
-        raise ConfigError(f"preset={name!r} is invalid: allowed values are {', '.join(presets)}")
+        invalid("preset", name, f"allowed values are {', '.join(presets)}")
     data = dict(presets[name])
     data.update(overrides)
     return SkillDuetConfig.from_dict(data)

@@ -1,7 +1,20 @@
-"""Pure tensor math of SkillDuet: the gated OPD loss, response-shift scores and batched log-probs."""
+"""The bottom layer: pure tensor math of SkillDuet (the gated OPD loss, response-shift scores, batched
+log-probs) and the torch-free pieces every layer uses (the config language ``settings``, ``registry``, ``names``).
 
-from skillduet_plugin.core.opd import aggregate, opd_loss, opd_per_token
-from skillduet_plugin.core.scores import contrast, response_shift, select_top, strength, utility
+The tensor functions are imported on first use, so that ``core.settings`` stays importable without torch.
+"""
 
-__all__ = ["aggregate", "opd_loss", "opd_per_token", "contrast", "response_shift", "select_top", "strength",
-           "utility"]
+import importlib
+from typing import Any
+
+_LAZY = {"aggregate": "opd", "opd_loss": "opd", "opd_per_token": "opd", "contrast": "scores",
+         "response_shift": "scores", "select_top": "scores", "strength": "scores", "utility": "scores"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"skillduet_plugin.core.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

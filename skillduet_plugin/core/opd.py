@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from skillduet_plugin.config import OPD_AGGREGATIONS
+from skillduet_plugin.core.names import OPD_AGGREGATIONS
 
 
 def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,

@@ -18,7 +18,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from skillduet_plugin.config import BackendConfig
+from skillduet_plugin.core.settings import invalid
+from skillduet_plugin.llm.config import BackendConfig
+from skillduet_plugin.llm.registry import BACKENDS, register_backend
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ class ChatBackend(abc.ABC):
     """
 
     kind = "base"
+    #: ``model`` must be set for this kind (checked with the config, before any work).
+    requires_model = False
 
     def __init__(self, config: BackendConfig | None = None, *, role: str = "analyzer") -> None:
         self.config = config if config is not None else BackendConfig()
@@ -97,7 +101,19 @@ class ChatBackend(abc.ABC):
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
 
-    # ------------------------------------------------------------------ subclass hook
+    # ------------------------------------------------------------------ subclass hooks
+    @classmethod
+    def check_config(cls, config: BackendConfig, prefix: str) -> None:
+        """Kind-specific checks of ``config`` (one-line ConfigError); the default checks ``requires_model``."""
+        if cls.requires_model and not config.model:
+            invalid(f"{prefix}.model", config.model, f"a model name is required when {prefix}.kind={cls.kind!r}")
+
+    @classmethod
+    def from_config(cls, config: BackendConfig, *, role: str, policy_model: Any = None,
+                    policy_tokenizer: Any = None) -> "ChatBackend":
+        """Build from a validated config; only backends that can reuse the policy look at ``policy_*``."""
+        return cls(config, role=role)
+
     @abc.abstractmethod
     async def _complete(self, request: ChatRequest) -> str:
         """One attempt. Return the text; raise :class:`RetryableError` or :class:`PermanentError` on faults."""
@@ -198,7 +214,8 @@ def check_requests(requests: Sequence[ChatRequest]) -> list[ChatRequest]:
 
 def make_backend(cfg: BackendConfig, *, role: str = "analyzer", policy_model: Any = None,
                  policy_tokenizer: Any = None) -> ChatBackend:
-    """Build the backend ``cfg.kind`` names: ``offline``, ``openai`` or ``transformers``.
+    """Build the backend registered under ``cfg.kind`` (``offline``, ``openai``, ``transformers`` or one added
+    with :func:`~skillduet_plugin.llm.registry.register_backend`).
 
     ``policy_model``/``policy_tokenizer`` serve ``transformers`` with ``cfg.model == "policy"`` (the policy
     being trained analyses its own trajectories).
@@ -206,16 +223,9 @@ def make_backend(cfg: BackendConfig, *, role: str = "analyzer", policy_model: An
     if not isinstance(cfg, BackendConfig):
         raise TypeError(f"cfg must be a BackendConfig, got {type(cfg).__name__}")
     cfg.validate(role)
-    if cfg.kind == "offline":
-        from skillduet_plugin.llm.offline import OfflineBackend
+    return BACKENDS.get(cfg.kind).from_config(cfg, role=role, policy_model=policy_model,
+                                              policy_tokenizer=policy_tokenizer)
 
-        return OfflineBackend(cfg, role=role)
-    if cfg.kind == "openai":
-        from skillduet_plugin.llm.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(cfg, role=role)
-    if cfg.kind == "transformers":
-        from skillduet_plugin.llm.hf_backend import TransformersBackend
-
-        return TransformersBackend(cfg, role=role, policy_model=policy_model, policy_tokenizer=policy_tokenizer)
-    raise ValueError(f"{role}.kind={cfg.kind!r} is invalid: allowed values are offline, openai, transformers")
+__all__ = ["BackendConfig", "ChatBackend", "ChatRequest", "PermanentError", "RetryableError", "backoff_delay",
+           "check_requests", "make_backend", "register_backend", "strip_think"]

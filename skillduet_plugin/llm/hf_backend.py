@@ -14,12 +14,14 @@ import logging
 import threading
 from typing import Any, Iterator, Sequence
 
-from skillduet_plugin.config import BackendConfig
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, backoff_delay, check_requests, strip_think
+from skillduet_plugin.llm.config import BackendConfig
+from skillduet_plugin.llm.registry import register_backend
 
 logger = logging.getLogger(__name__)
 
 
+@register_backend("transformers")
 class TransformersBackend(ChatBackend):
     """A causal LM generating replies in process.
 
@@ -30,6 +32,12 @@ class TransformersBackend(ChatBackend):
     """
 
     kind = "transformers"
+    requires_model = True
+
+    @classmethod
+    def from_config(cls, config: BackendConfig, *, role: str, policy_model: Any = None,
+                    policy_tokenizer: Any = None) -> "TransformersBackend":
+        return cls(config, role=role, policy_model=policy_model, policy_tokenizer=policy_tokenizer)
 
     def __init__(self, config: BackendConfig, *, role: str = "analyzer", policy_model: Any = None,
                  policy_tokenizer: Any = None) -> None:

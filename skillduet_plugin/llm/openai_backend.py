@@ -13,8 +13,10 @@ from typing import Any, Sequence
 
 import httpx
 
-from skillduet_plugin.config import BackendConfig
+from skillduet_plugin.core.settings import invalid
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, PermanentError, RetryableError, strip_think
+from skillduet_plugin.llm.config import BackendConfig
+from skillduet_plugin.llm.registry import register_backend
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429})
 
@@ -24,6 +26,7 @@ _CLIENT: contextvars.ContextVar[httpx.AsyncClient | None] = contextvars.ContextV
                                                                                    default=None)
 
 
+@register_backend("openai")
 class OpenAIBackend(ChatBackend):
     """POSTs ``{base_url}/chat/completions`` with ``model``, ``messages``, ``temperature``, ``max_tokens``.
 
@@ -32,6 +35,13 @@ class OpenAIBackend(ChatBackend):
     """
 
     kind = "openai"
+    requires_model = True
+
+    @classmethod
+    def check_config(cls, config: BackendConfig, prefix: str) -> None:
+        super().check_config(config, prefix)
+        if not str(config.base_url).startswith(("http://", "https://")):
+            invalid(f"{prefix}.base_url", config.base_url, "expected an http(s) URL such as http://host:8000/v1")
 
     def __init__(self, config: BackendConfig, *, role: str = "analyzer") -> None:
         super().__init__(config, role=role)

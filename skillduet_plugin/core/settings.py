@@ -1,0 +1,197 @@
+"""The one config language of every SkillDuet settings class (method, backends, runs, TRL, verl).
+
+A field is declared once with :func:`setting`: its default, its help text (``metadata["help"]``, the text
+``skillduet train --help`` and the docs render) and its constraint (``metadata["check"]``). :func:`validate_fields`
+checks every declared constraint through the one helper :func:`check`; :func:`check_keys` is the one
+unknown-key check. Every failure is a :class:`ConfigError` of one line: ``field=value is invalid: the fix``.
+
+This module imports nothing from the package (and nothing but the standard library), so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
+
+#: ``check(kind=...)`` values: what type a value must have.
+KINDS = ("int", "number", "bool", "str", "mapping", "path")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field, the value and the fix.
+
+    Errors raised by :func:`invalid` and :func:`check_keys` remember their parts, so that a section that
+    validates a nested one can name the full dotted key: ``err.under("skillduet")``.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = None, fix: str = "",
+                 unknown: Sequence[str] | None = None, section: str = "",
+                 allowed: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.field, self.value, self.fix = field, value, fix
+        self.unknown, self.section, self.allowed = unknown, section, tuple(allowed)
+
+    def under(self, prefix: str) -> "ConfigError":
+        """The same error for the section nested under ``prefix`` (``keep_ratio`` -> ``skillduet.keep_ratio``)."""
+        if self.field is not None:
+            return invalid_error(f"{prefix}.{self.field}", self.value, self.fix)
+        if self.unknown is not None:
+            return unknown_keys_error(f"{prefix}.{self.section}" if self.section else prefix, self.unknown,
+                                      self.allowed)
+        return ConfigError(f"{prefix}: {self}")
+
+
+def invalid_error(name: str, value: Any, fix: str) -> ConfigError:
+    """The one-line error ``name=value is invalid: fix``."""
+    return ConfigError(f"{name}={value!r} is invalid: {fix}", field=name, value=value, fix=fix)
+
+
+def invalid(name: str, value: Any, fix: str) -> NoReturn:
+    """Raise :func:`invalid_error`."""
+    raise invalid_error(name, value, fix)
+
+
+def unknown_keys_error(section: str, unknown: Sequence[str], allowed: Sequence[str]) -> ConfigError:
+    """``unknown setting(s) section.key: allowed keys of section are ...`` ('' section: the top level)."""
+    dotted = ", ".join(f"{section}.{k}" if section else k for k in unknown)
+    return ConfigError(f"unknown setting(s) {dotted}: allowed keys{f' of {section}' if section else ''} are "
+                       f"{', '.join(sorted(allowed))}", unknown=list(unknown), section=section, allowed=allowed)
+
+
+def check(name: str, value: Any, *, kind: str | None = None, choices: Sequence[Any] | None = None,
+          lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
+          optional: bool = False, fix: str | None = None) -> None:
+    """The validation helper: ``value`` of field ``name`` has ``kind``, is one of ``choices`` and lies in
+    ``[lo, hi]`` (open ends with ``lo_open``/``hi_open``); ``optional`` allows None. ``fix`` replaces the
+    generated advice."""
+    if optional and value is None:
+        return
+    if choices is not None:
+        if value not in choices:
+            invalid(name, value, fix or f"allowed values are {', '.join(map(str, choices))}")
+        return
+    if kind == "bool":
+        if not isinstance(value, bool):
+            invalid(name, value, fix or "expected true or false")
+        return
+    if kind in ("str", "path"):
+        if not isinstance(value, str) or not value:
+            invalid(name, value, fix or ("expected a folder or file path" if kind == "path" else "expected text"))
+        return
+    if kind == "mapping":
+        if not isinstance(value, Mapping):
+            invalid(name, value, fix or "expected a mapping of key: value settings")
+        return
+    if kind not in (None, "int", "number"):
+        raise ValueError(f"kind={kind!r} is invalid: allowed values are {', '.join(KINDS)}")
+    if lo is None and hi is None and kind is None:
+        return
+    bound = _bounds_text(lo, hi, lo_open, hi_open)
+    what = "an integer" if kind == "int" else "a number"
+    advice = fix or f"expected {what}{bound}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        invalid(name, value, advice)
+    if kind == "int" and not float(value).is_integer():
+        invalid(name, value, advice)
+    if isinstance(value, float) and not math.isfinite(value):
+        invalid(name, value, fix or f"expected a finite number{bound}")
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        invalid(name, value, advice)
+    if hi is not None and (value >= hi if hi_open else value > hi):
+        invalid(name, value, advice)
+
+
+def _bounds_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    if lo is not None and hi is not None:
+        return f" in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f" {'>' if lo_open else '>='} {lo}"
+    if hi is not None:
+        return f" {'<' if hi_open else '<='} {hi}"
+    return ""
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002 - the dataclass convention
+            default_factory: Callable[[], Any] | None = None, **constraint: Any) -> Any:
+    """A dataclass field with its help text and its constraint (``check`` keywords), declared once."""
+    metadata = {"help": help, "check": constraint} if constraint else {"help": help}
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def validate_fields(obj: Any, prefix: str = "", checks: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Check every field of the dataclass ``obj`` that declares a constraint (or the given ``checks``,
+    ``field name -> check keywords``, for classes whose metadata belongs to someone else, such as TRL's)."""
+    if checks is None:
+        checks = {f.name: f.metadata["check"] for f in dataclasses.fields(obj) if "check" in f.metadata}
+    for name, constraint in checks.items():
+        check(f"{prefix}{name}", getattr(obj, name), **constraint)
+
+
+def check_keys(section: str, data: Mapping[str, Any], known: Iterable[str] | type) -> None:
+    """The unknown-key check: every key of ``data`` (a mapping for ``section``, '' at the top level) must be
+    one of ``known`` (names, or a dataclass whose fields are the names)."""
+    names = {f.name for f in dataclasses.fields(known)} if isinstance(known, type) else set(known)
+    unknown = sorted(str(k) for k in data if k not in names)
+    if unknown:
+        raise unknown_keys_error(section, unknown, sorted(names))
+
+
+def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, default, help)`` for every field of ``cls`` with help text; a nested settings class
+    (a field whose default is a dataclass instance) is expanded under its own prefix."""
+    rows: list[tuple[str, str, str]] = []
+    for f in dataclasses.fields(cls):
+        default = _default(f)
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            rows += field_docs(type(default), f"{prefix}{f.name}.")
+            continue
+        if f.metadata.get("help"):
+            rows.append((f"{prefix}{f.name}", _render_default(default), str(f.metadata["help"])))
+    return rows
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _render_default(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value == "":
+        return '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_render_default(v)}" for k, v in value.items()) + "}" if value else "{}"
+    return str(value)
+
+
+def render_markdown(rows: Sequence[tuple[str, str, str]]) -> str:
+    """The docs table of :func:`field_docs` rows."""
+    lines = ["| key | default | what it sets |", "|---|---|---|"]
+    lines += [f"| `{key}` | `{default}` | {text.replace('|', '/')} |" for key, default, text in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_text(rows: Sequence[tuple[str, str, str]], width: int = 100) -> str:
+    """The ``--help`` epilog of :func:`field_docs` rows: one key per entry, its help indented below."""
+    import textwrap
+
+    out = []
+    for key, default, text in rows:
+        out.append(f"  {key} (default {default})")
+        out += textwrap.wrap(text, width=width, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(out)
+
+
+
+
+__all__ = ["ConfigError", "KINDS", "check", "check_keys", "field_docs", "invalid", "invalid_error",
+           "render_markdown", "render_text", "setting", "unknown_keys_error", "validate_fields"]

@@ -137,10 +137,9 @@ class EnvPool:
 
     def __init__(self, env_name: str, *, num_workers: int = 2, env_kwargs: dict[str, Any] | None = None,
                  step_timeout_s: float = 60.0, reset_timeout_s: float = 120.0, mp_context: str = "spawn") -> None:
-        from skillduet_plugin.envs import ENV_REGISTRY
+        from skillduet_plugin.envs.registry import env_spec
 
-        if env_name not in ENV_REGISTRY:
-            raise KeyError(f"env_name={env_name!r} is unknown: registered are {', '.join(sorted(ENV_REGISTRY))}")
+        spec = env_spec(env_name)  # an unknown name fails here, listing the registered ones
         if num_workers < 0:
             raise ValueError(f"num_workers={num_workers} must be >= 0 (0 = in-process)")
         if step_timeout_s <= 0 or reset_timeout_s <= 0:
@@ -150,7 +149,7 @@ class EnvPool:
         self.step_timeout_s = float(step_timeout_s)
         self.reset_timeout_s = float(reset_timeout_s)
         # Resolved here so that envs registered in this process also work in spawned workers.
-        self._target = ENV_REGISTRY[env_name]
+        self._target = spec.target
         self._env_kwargs = dict(env_kwargs or {})
         # same default split as envs.make: the factories' own defaults differ (WebShop's is its test panel)
         self._env_kwargs.setdefault("split", "train")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from skillduet_plugin.envs.registry import env_spec
+
 INVALID_ACTION_PENALTY_COEF = 0.1
 INVALID_TAIL_CHARS = 30
 
@@ -28,15 +30,18 @@ def contains_cjk(text: str) -> bool:
 
 def project_action(env_name: str, text: str, admissible_actions: Sequence[str] | None = None, *,
                    require_think: bool = True, require_admissible: bool | None = None) -> tuple[str, bool]:
-    """``(action, valid)`` for one response.
+    """``(action, valid)`` for one response (an environment may register its own parser instead).
 
-    ``require_admissible`` defaults to True for ALFWorld and False otherwise (WebShop's ``search[...]`` takes
-    free text); it only applies when ``admissible_actions`` is given.
+    ``require_admissible`` defaults to True unless the environment registers ``free_text_actions`` (WebShop's
+    ``search[...]`` takes free text); it only applies when ``admissible_actions`` is given.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be the decoded response str, got {type(text).__name__}")
+    spec = env_spec(env_name)
+    if spec.project_action is not None:
+        return spec.project_action(env_name, text, admissible_actions)
     if require_admissible is None:
-        require_admissible = env_name == "alfworld"
+        require_admissible = not spec.free_text_actions
     lowered = text.lower()
     actions = _ACTION_RE.findall(lowered)
     if not actions:

@@ -1,4 +1,5 @@
-"""Prompt templates (as data) for ALFWorld and WebShop, compatible with verl-agent's multi-turn prompts.
+"""The prompt builder of every environment, compatible with verl-agent's multi-turn prompts; each environment
+registers its pieces (``PromptTemplates``, observation and action formatting) with ``register_env``.
 
 Every prompt asks the policy to reason inside ``<think> </think>`` and then give exactly one admissible action
 inside ``<action> </action>`` (see ``envs.projection``). The task statement is always a line of its own,
@@ -13,79 +14,54 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from skillduet_plugin.envs.registry import env_spec
+
 TASK_LINE = "Your task is to: {task}"
-ALFWORLD_INTRO = "-= Welcome to TextWorld, ALFRED! =-"
+
+INSTRUCTION = ("Now it's your turn to take an action. First reason step by step about the current situation "
+               "inside <think> </think>, then give exactly one admissible action inside <action> </action>.")
 
 
 @dataclass(frozen=True)
 class PromptTemplates:
-    """The text pieces of one environment's prompts; ``{...}`` fields are filled by the functions below."""
+    """The text pieces of one environment's prompts; ``{...}`` fields are filled by the functions below.
+    An environment sets ``role`` and usually ``instruction``; the rest is verl-agent's wording."""
 
     role: str  # first line: who the agent is
-    current: str  # the current observation at step {step}
-    actions: str  # the admissible actions, pre-rendered
-    history_header: str  # per-step template: what came before
-    history_item: str  # one (observation, action) pair
-    instruction: str  # how to answer
+    instruction: str = INSTRUCTION  # how to answer
+    current: str = "You are now at step {step} and your current observation is: {observation}"
+    actions: str = "Your admissible actions of the current situation are: [{actions}]."
+    history_header: str = ("Prior to this step, you have already taken {taken} step(s). Below are the most recent "
+                           "{shown} observations and the corresponding actions you took: {history}")
+    history_item: str = "[Observation {n}: '{observation}', Action {n}: '{action}']"
 
-
-_INSTRUCTION = ("Now it's your turn to take an action. First reason step by step about the current situation "
-                "inside <think> </think>, then give exactly one admissible action inside <action> </action>.")
-
-TEMPLATES: dict[str, PromptTemplates] = {
-    "alfworld": PromptTemplates(
-        role="You are an expert agent operating in the ALFRED Embodied Environment.",
-        current="You are now at step {step} and your current observation is: {observation}",
-        actions="Your admissible actions of the current situation are: [{actions}].",
-        history_header=("Prior to this step, you have already taken {taken} step(s). Below are the most recent "
-                        "{shown} observations and the corresponding actions you took: {history}"),
-        history_item="[Observation {n}: '{observation}', Action {n}: '{action}']",
-        instruction=_INSTRUCTION,
-    ),
-    "webshop": PromptTemplates(
-        role="You are an expert autonomous agent operating in the WebShop e-commerce platform.",
-        current="You are now at step {step} and your current observation is: {observation}",
-        actions="Your admissible actions of the current situation are: [{actions}].",
-        history_header=("Prior to this step, you have already taken {taken} step(s). Below are the most recent "
-                        "{shown} observations and the corresponding actions you took: {history}"),
-        history_item="[Observation {n}: '{observation}', Action {n}: '{action}']",
-        instruction=(_INSTRUCTION[:-1] + ", in the form search[<your query>] or click[<button>]."),
-    ),
-}
+    def texts(self) -> tuple[str, ...]:
+        """Every fixed text piece (the tiny tokenizer learns them as words)."""
+        return (self.role, self.current, self.actions, self.history_header, self.history_item, self.instruction)
 
 
 def _templates(env_name: str) -> PromptTemplates:
-    if env_name not in TEMPLATES:
-        raise KeyError(f"env_name={env_name!r} has no prompt templates: known are {', '.join(sorted(TEMPLATES))}")
-    return TEMPLATES[env_name]
+    spec = env_spec(env_name)
+    if spec.prompts is None:
+        raise KeyError(f"env_name={env_name!r} has no prompt templates: it registers its own initial_messages")
+    return spec.prompts
 
 
 def format_observation(env_name: str, obs: str, task: str | None = None) -> str:
-    """An observation as prompts show it: ALFWorld without its welcome banner and its task sentence (the task
-    line carries it), WebShop after the instruction."""
-    _templates(env_name)
-    if env_name == "alfworld":
-        text = obs.strip()
-        if text.startswith(ALFWORLD_INTRO):
-            text = text[len(ALFWORLD_INTRO):].strip()
-        return text.partition(TASK_LINE.format(task=""))[0].strip()
-    parts = [p.strip() for p in obs.split("[SEP]")]
-    if task is not None and task.strip() in parts:
-        parts = parts[parts.index(task.strip()) + 1:]
-    elif "Instruction:" in parts:
-        parts = parts[parts.index("Instruction:") + 2:]  # drop the label and the instruction text
-    return " [SEP] ".join(p for p in parts if p)
+    """An observation as prompts show it (each environment registers how: ALFWorld drops its welcome banner
+    and task sentence, WebShop keeps what follows the instruction)."""
+    spec = env_spec(env_name)
+    return spec.format_observation(obs, task) if spec.format_observation is not None else obs.strip()
 
 
 def format_actions(env_name: str, admissible_actions: Sequence[str]) -> str:
-    """The quoted action list of the prompt; ALFWorld's ``help`` is dropped, bare WebShop clickables become
-    ``click[...]`` and a search bar ``search[<your query>]``."""
-    _templates(env_name)
+    """The quoted action list of the prompt (``help`` dropped; the environment may rewrite the rest)."""
+    spec = env_spec(env_name)
     if isinstance(admissible_actions, str):
         raise TypeError("admissible_actions must be a list of strings, not one str")
     actions = [a for a in admissible_actions if a != "help"]
-    if env_name == "webshop":
-        actions = [a if "[" in a else ("search[<your query>]" if a == "search" else f"click[{a}]") for a in actions]
+    if spec.format_actions is not None:
+        actions = list(spec.format_actions(actions))
     return ",\n ".join(f"'{a}'" for a in actions)
 
 
@@ -103,6 +79,10 @@ def _check_task(task: str) -> None:
 def initial_messages(env_name: str, *, task: str, observation: str, admissible_actions: Sequence[str],
                      system_prompt: str | None = None) -> list[dict[str, str]]:
     """The first prompt of an episode: an optional system message and the first user turn (step 1)."""
+    spec = env_spec(env_name)
+    if spec.initial_messages is not None:
+        return spec.initial_messages(env_name, task=task, observation=observation,
+                                     admissible_actions=admissible_actions, system_prompt=system_prompt)
     t = _templates(env_name)
     _check_task(task)
     user = "\n".join([
@@ -119,6 +99,9 @@ def initial_messages(env_name: str, *, task: str, observation: str, admissible_a
 
 def turn_message(env_name: str, *, observation: str, admissible_actions: Sequence[str], step: int) -> str:
     """The user message of a later turn in the same conversation (the conversation carries the history)."""
+    spec = env_spec(env_name)
+    if spec.turn_message is not None:
+        return spec.turn_message(env_name, observation=observation, admissible_actions=admissible_actions, step=step)
     t = _templates(env_name)
     if step < 1:
         raise ValueError(f"step={step} must be >= 1 (1-based: env info['step'] + 1)")
@@ -157,5 +140,5 @@ def step_messages(env_name: str, *, task: str, history: Sequence[tuple[str, str]
     return messages + [_message("user", "\n".join(lines))]
 
 
-__all__ = ["TASK_LINE", "TEMPLATES", "PromptTemplates", "format_actions", "format_observation",
+__all__ = ["INSTRUCTION", "TASK_LINE", "PromptTemplates", "format_actions", "format_observation",
            "initial_messages", "step_messages", "turn_message"]

@@ -19,18 +19,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from skillduet_plugin.config import BackendConfig
-from skillduet_plugin.llm import offline_alfworld as alf
+from skillduet_plugin.envs.registry import env_spec, resolve
 from skillduet_plugin.llm import offline_merge as merge
-from skillduet_plugin.llm import offline_webshop as web
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, PermanentError
-from skillduet_plugin.llm.offline_common import (Traj, as_bullets, find_loop, first_divergence, parse_traj,
-                                                 strip_instance)
+from skillduet_plugin.llm.config import BackendConfig
+from skillduet_plugin.llm.registry import register_backend
+from skillduet_plugin.llm.offline_common import (OfflineRules, Traj, as_bullets, find_loop, first_divergence,
+                                                 parse_traj, strip_instance)
 
 ANALYZER_KINDS = ("local_pair", "local_procedure", "local_correction")
 SYNTHESIZER_KINDS = ("synthesize", "compress")
 
 
+@register_backend("offline")
 class OfflineBackend(ChatBackend):
     """Answers from the request payload with deterministic rules (no model, no network)."""
 
@@ -56,48 +57,36 @@ def respond(payload: Any) -> str:
     return handler(payload)
 
 
-def _env(payload: dict[str, Any]) -> str:
-    return str(payload.get("env", "")).lower()
+def _rules(payload: dict[str, Any]) -> OfflineRules:
+    """The rules the payload's environment registers (``offline_rules``), else the generic ones."""
+    env = str(payload.get("env", "")).lower()
+    try:
+        target = env_spec(env).offline_rules
+    except KeyError:  # not a registered environment: the generic rules still write useful skills
+        target = None
+    return resolve(target) if target else GENERIC_RULES
 
 
-def _task(payload: dict[str, Any], traj: Traj) -> str:
-    return str(payload.get("task") or traj.task)
+def _task(payload: dict[str, Any], traj: Traj, rules: OfflineRules) -> Any:
+    return rules.parse_task(str(payload.get("task") or traj.task), str(payload.get("scope", "")))
 
 
 def _local_pair(payload: dict[str, Any]) -> str:
     success, failure = parse_traj(payload.get("success"), "success"), parse_traj(payload.get("failure"), "failure")
-    task, env, scope = _task(payload, success), _env(payload), str(payload.get("scope", ""))
-    if env == "alfworld":
-        lines = alf.pair(alf.parse_task(task, scope), success, failure)
-    elif env == "webshop":
-        lines = web.pair(web.parse_task(task), success, failure)
-    else:
-        lines = _generic_pair(success, failure)
-    return as_bullets(lines)
+    rules = _rules(payload)
+    return as_bullets(rules.pair(_task(payload, success, rules), success, failure))
 
 
 def _local_procedure(payload: dict[str, Any]) -> str:
     traj = parse_traj(payload.get("trajectory"), "trajectory")
-    task, env, scope = _task(payload, traj), _env(payload), str(payload.get("scope", ""))
-    if env == "alfworld":
-        lines = alf.local_procedure(alf.parse_task(task, scope), traj)
-    elif env == "webshop":
-        lines = web.local_procedure(web.parse_task(task), traj)
-    else:
-        lines = [_generic_procedure(traj)]
-    return as_bullets(lines)
+    rules = _rules(payload)
+    return as_bullets(rules.local_procedure(_task(payload, traj, rules), traj))
 
 
 def _local_correction(payload: dict[str, Any]) -> str:
     traj = parse_traj(payload.get("trajectory"), "trajectory")
-    task, env, scope = _task(payload, traj), _env(payload), str(payload.get("scope", ""))
-    if env == "alfworld":
-        lines = alf.correction(alf.parse_task(task, scope), traj)
-    elif env == "webshop":
-        lines = web.correction(web.parse_task(task), traj)
-    else:
-        lines = _generic_correction(traj)
-    return as_bullets(lines)
+    rules = _rules(payload)
+    return as_bullets(rules.correction(_task(payload, traj, rules), traj))
 
 
 def _synthesize(payload: dict[str, Any]) -> str:
@@ -131,12 +120,12 @@ def _effective(traj: Traj) -> list[str]:
     return [strip_instance(s.action) for s in traj.steps if not s.invalid]
 
 
-def _generic_procedure(traj: Traj) -> str:
+def _generic_procedure(task: str, traj: Traj) -> list[str]:
     actions = list(dict.fromkeys(_effective(traj)))
-    return f"Procedure that solved '{traj.task}': " + "; ".join(f"{i + 1}) {a}" for i, a in enumerate(actions)) + "."
+    return [f"Procedure that solved '{task}': " + "; ".join(f"{i + 1}) {a}" for i, a in enumerate(actions)) + "."]
 
 
-def _generic_correction(traj: Traj) -> list[str]:
+def _generic_correction(task: str, traj: Traj) -> list[str]:
     lines = []
     invalid = [s.action for s in traj.steps if s.invalid]
     if invalid:
@@ -144,12 +133,12 @@ def _generic_correction(traj: Traj) -> list[str]:
     loop = find_loop(traj.steps)
     if loop:
         lines.append(f"Stuck repeating {' -> '.join(loop.cycle)} {loop.repeats} times: try something else.")
-    lines.append(f"The attempt at '{traj.task}' failed after {len(traj.steps)} actions: reconsider the plan "
+    lines.append(f"The attempt at '{task}' failed after {len(traj.steps)} actions: reconsider the plan "
                  "before acting.")
     return lines
 
 
-def _generic_pair(success: Traj, failure: Traj) -> list[str]:
+def _generic_pair(task: str, success: Traj, failure: Traj) -> list[str]:
     s, f = _effective(success), _effective(failure)
     lines = []
     d = first_divergence(s, f)
@@ -157,8 +146,12 @@ def _generic_pair(success: Traj, failure: Traj) -> list[str]:
         after = f"after '{s[d - 1]}'" if d > 0 else "at the start"
         other = f"'{f[d]}'" if d < len(f) else "nothing"
         lines.append(f"Key decision {after}: do '{s[d]}' (success), not {other} (failure).")
-    lines.append(_generic_procedure(success))
-    return lines + _generic_correction(failure)[:-1]
+    lines += _generic_procedure(task, success)
+    return lines + _generic_correction(task, failure)[:-1]
+
+
+GENERIC_RULES = OfflineRules(parse_task=lambda task, scope: task, pair=_generic_pair,
+                             local_procedure=_generic_procedure, correction=_generic_correction)
 
 
 _HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from skillduet_plugin.llm.offline_common import (Traj, find_loop, first_divergence, join_list, quote,
+from skillduet_plugin.llm.offline_common import (OfflineRules, Traj, find_loop, first_divergence, join_list, quote,
                                                  strip_instance)
 
 # task type -> templates (alfworld 0.4 goal library), most specific first
@@ -378,3 +378,6 @@ def pair(task: AlfTask, success: Traj, failure: Traj) -> list[str]:
     # One waste note at most: a Local skill must fit the teacher prompt's budget (~256 policy tokens).
     lines.extend(waste_lines(failure)[:1])
     return lines
+
+
+RULES = OfflineRules(parse_task=parse_task, pair=pair, local_procedure=local_procedure, correction=correction)

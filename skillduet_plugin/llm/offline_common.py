@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from skillduet_plugin.llm.base import PermanentError
 
@@ -142,15 +142,18 @@ def find_loop(steps: Sequence[Step], max_period: int = 4, min_repeats: int = 3) 
     return best
 
 
-def repeated_actions(steps: Sequence[Step], min_count: int = 3) -> list[tuple[str, int]]:
-    """Actions issued ``min_count``+ times with the same observation each time (not necessarily in a row)."""
-    counts: dict[tuple[str, str], int] = {}
-    for s in steps:
-        counts[(s.action, s.observation)] = counts.get((s.action, s.observation), 0) + 1
-    return [(a, n) for (a, _), n in counts.items() if n >= min_count]
-
-
 def as_bullets(lines: Sequence[str]) -> str:
     """The analyzer response format: ``<skill>`` with one ``- `` bullet per line."""
     body = "\n".join(f"- {line.strip()}" for line in lines if line and line.strip())
     return f"<skill>\n{body}\n</skill>"
+
+
+@dataclass(frozen=True)
+class OfflineRules:
+    """One environment's offline analyzer rules (registered with the env as ``offline_rules``): its task
+    parser and the three Local-skill writers, each returning bullet lines."""
+
+    parse_task: Callable[[str, str], Any]  # (instruction, scope) -> the rules' own task object
+    pair: Callable[[Any, Traj, Traj], list[str]]  # (task, success, failure)
+    local_procedure: Callable[[Any, Traj], list[str]]  # (task, success)
+    correction: Callable[[Any, Traj], list[str]]  # (task, failure)

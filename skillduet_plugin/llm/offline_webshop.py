@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from skillduet_plugin.llm.offline_common import Traj, find_loop, first_divergence, join_list
+from skillduet_plugin.llm.offline_common import OfflineRules, Traj, find_loop, first_divergence, join_list
 
 _NAV = {"back to search", "next >", "< prev", "search"}
 _INFO = {"description", "features", "reviews", "attributes"}
@@ -304,3 +304,7 @@ def pair(task: WebTask, success: Traj, failure: Traj) -> list[str]:
              and not (said_query and c.startswith("The query ["))]
     lines.extend(extra[:1])
     return lines
+
+
+RULES = OfflineRules(parse_task=lambda task, scope: parse_task(task), pair=pair, local_procedure=local_procedure,
+                     correction=correction)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from skillduet_plugin.envs import ENV_REGISTRY, register_env
+from skillduet_plugin.envs import ENVS, register_env
 from skillduet_plugin.envs.pool import EnvPool, StepResult
 
 FAKE = f"{__name__.rpartition('.')[0] + '.' if '.' in __name__ else ''}pool_fakes:make_crashy"
@@ -16,7 +16,7 @@ FAKE = f"{__name__.rpartition('.')[0] + '.' if '.' in __name__ else ''}pool_fake
 def crashy_registered():
     register_env("crashy", FAKE)
     yield
-    ENV_REGISTRY.pop("crashy", None)
+    ENVS.unregister("crashy")
 
 
 def test_in_process_pool_runs_episodes_in_order():
@@ -100,7 +100,7 @@ def test_bad_arguments_are_rejected():
             pool.step([0, 0], ["noop", "noop"])
         with pytest.raises(ValueError, match="actions"):
             pool.step([0, 1], ["noop"])
-    with pytest.raises(KeyError, match="unknown"):
+    with pytest.raises(KeyError, match="env='no-such-env' is invalid: registered environments are alfworld, "):
         EnvPool("no-such-env")
     with pytest.raises(RuntimeError, match="closed"):
         pool.reset(["a"])

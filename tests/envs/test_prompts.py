@@ -85,7 +85,7 @@ def test_webshop_templates():
 
 
 def test_bad_input_is_named():
-    with pytest.raises(KeyError, match="env_name='babyai'"):
+    with pytest.raises(KeyError, match="env='babyai' is invalid: registered environments are alfworld, "):
         turn_message("babyai", observation="o", admissible_actions=[], step=1)
     with pytest.raises(ValueError, match="single line"):
         initial_messages("alfworld", task="a\nb", observation="o", admissible_actions=[])

@@ -7,7 +7,8 @@ import torch
 
 from skillduet_plugin.rollout.collector import Generation, hf_generate_fn, run_episodes, to_trajectory
 from skillduet_plugin.rollout.conversation import ChatTokenizer
-from skillduet_plugin.rollout.toy import ToyPool, toy_rollout_kwargs, toy_turn_message
+from skillduet_plugin.envs.toy import toy_turn_message
+from skillduet_plugin.testing.toy_pool import ToyPool
 from skillduet_plugin.skills.types import GlobalSkills
 
 
@@ -47,7 +48,7 @@ def chat(tiny_tokenizer):
 
 def _run(chat, gen, tasks, pool=None, **kw):
     args = dict(env_name="toy", pool=pool or ToyPool(), generate_fn=gen, chat=chat, max_turns=3,
-                max_new_tokens=32, max_total_tokens=2048, **toy_rollout_kwargs())
+                max_new_tokens=32, max_total_tokens=2048)
     args.update(kw)
     return run_episodes(tasks, **args)
 
@@ -187,12 +188,12 @@ class AlfLikePool:
                 "task_type": "pick", "task": "put a mug in desk."}
 
     def reset(self, task_ids):
-        from skillduet_plugin.rollout.toy import ToyStepResult
+        from skillduet_plugin.testing.toy_pool import ToyStepResult
 
         return [ToyStepResult(obs="You are in the middle of a room.", info=self._info()) for _ in task_ids]
 
     def step(self, ids, actions):
-        from skillduet_plugin.rollout.toy import ToyStepResult
+        from skillduet_plugin.testing.toy_pool import ToyStepResult
 
         self.steps.append(list(actions))
         won = len(self.steps) == 2

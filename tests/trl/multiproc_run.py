@@ -13,19 +13,16 @@ def main(model_dir: str, out_dir: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from skillduet_plugin.envs import register_env
     from skillduet_plugin.integrations.trl import (CPU_SAFE_DEFAULTS, SkillDuetGRPOConfig, SkillDuetGRPOTrainer,
                                                    task_dataset)
-    from skillduet_plugin.rollout.toy import ToyEnv, toy_rollout_kwargs
+    from skillduet_plugin.envs.toy import ToyEnv
 
-    register_env("toy", "skillduet_plugin.rollout.toy:make_toy")
     args = SkillDuetGRPOConfig(**{**CPU_SAFE_DEFAULTS, "output_dir": out_dir, "num_generations": 4,
                                   "per_device_train_batch_size": 2, "max_completion_length": 48, "max_steps": 3,
                                   "env_name": "toy", "max_turns": 2, "max_new_tokens_per_turn": 8,
                                   "save_strategy": "no", "seed": 0, "disable_tqdm": True,
                                   "skillduet": {"consolidation_interval": 1, "opd_coef": 0.2}})
-    trainer = SkillDuetGRPOTrainer(model=model_dir, args=args, train_dataset=task_dataset(ToyEnv()),
-                                   rollout_kwargs=toy_rollout_kwargs())
+    trainer = SkillDuetGRPOTrainer(model=model_dir, args=args, train_dataset=task_dataset(ToyEnv()))
     gathered = []
     extract = trainer._extract
 

@@ -18,7 +18,7 @@ def test_action_selection_is_validated(tmp_path):
 
 
 def test_choose_mode_rollouts_are_admissible_and_trained_as_recorded(make_trainer):
-    from skillduet_plugin.rollout.toy import _ALL_ACTIONS
+    from skillduet_plugin.envs.toy import ALL_ACTIONS as _ALL_ACTIONS
 
     trainer = make_trainer(action_selection="choose", max_new_tokens_per_turn=32, max_steps=1,
                            skillduet={"use_global": False})

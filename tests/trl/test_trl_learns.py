@@ -9,7 +9,7 @@ import torch
 from skillduet_plugin.config import preset
 from skillduet_plugin.integrations.trl import task_dataset
 from skillduet_plugin.rollout.choice import action_response, candidate_logprobs
-from skillduet_plugin.rollout.toy import ToyEnv, toy_initial_messages
+from skillduet_plugin.envs.toy import ToyEnv, toy_initial_messages
 
 
 def _goal_probability(trainer, task_id: str, goal: str) -> float:

@@ -10,7 +10,7 @@ from trl_helpers import group_rows
 
 from skillduet_plugin.config import ConfigError, preset
 from skillduet_plugin.integrations.trl import SNAPSHOT_DIRNAME, make_env_reward, task_dataset
-from skillduet_plugin.rollout.toy import TOY_TASKS, ToyEnv
+from skillduet_plugin.envs.toy import TOY_TASKS, ToyEnv
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.inject import GLOBAL_HEADER
 

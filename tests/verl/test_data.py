@@ -12,7 +12,7 @@ from skillduet_plugin.integrations.verl.data import build_dataset, task_rows  # 
 
 def test_rows_carry_task_ids_and_agent_name(tmp_path):
     paths = build_dataset("toy", str(tmp_path), train_split="train", val_split="valid",
-                          factory="skillduet_plugin.rollout.toy:make_toy", max_val=2)
+                          factory="skillduet_plugin.envs.toy:make_toy", max_val=2)
     train = pd.read_parquet(paths["train"])
     assert list(train["agent_name"]) == ["skillduet_agent"] * 6
     assert [row["task_id"] for row in train["extra_info"]] == [f"toy-{i}" for i in range(6)]

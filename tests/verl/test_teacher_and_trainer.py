@@ -19,7 +19,7 @@ from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPRO
 from skillduet_plugin.integrations.verl.teacher import (logprob_batch, plan_teacher_batch,  # noqa: E402
                                                         split_response_logprobs)
 from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
-from skillduet_plugin.rollout.toy import toy_initial_messages  # noqa: E402
+from skillduet_plugin.envs.toy import toy_initial_messages  # noqa: E402
 
 TASKS = [("toy-3", "fetch", "take the key from the box."), ("toy-3", "fetch", "take the key from the box."),
          ("toy-0", "open", "open the box.")]

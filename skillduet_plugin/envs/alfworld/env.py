@@ -12,15 +12,18 @@ import os
 from pathlib import Path
 from typing import Any
 
+from skillduet_plugin.envs.alfworld import prompts
 from skillduet_plugin.envs.alfworld.engine import EngineSession, user_alfworld_data
 from skillduet_plugin.envs.alfworld.tasks import (
     GAME_FILE,
+    SCOPES,
     discover_tasks,
     resolve_layout_root,
     select_tasks,
     task_type_of,
 )
 from skillduet_plugin.envs.base import TextEnv
+from skillduet_plugin.envs.registry import register_env
 
 TASK_PREFIX = "Your task is to: "
 
@@ -131,6 +134,9 @@ class AlfworldEnv(TextEnv):
         self._task_id, self._done = None, True
 
 
+@register_env("alfworld", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
+              offline_rules="skillduet_plugin.llm.offline_alfworld:RULES", experts=("search", "walkthrough"),
+              default_panel="valid_unseen", limit_keyword="max_tasks", scope_order=SCOPES)
 def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train", *, max_steps: int = 50,
                   tasks: list[str] | None = None, max_tasks: int | None = None,
                   task_types: list[str] | None = None, **unused: Any) -> AlfworldEnv:

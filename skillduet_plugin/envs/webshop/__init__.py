@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from skillduet_plugin.envs.registry import register_env
+from skillduet_plugin.envs.webshop import prompts
 from skillduet_plugin.envs.webshop.catalogue import (
     ATTRIBUTE_FILES, HUMAN_FILES, PRODUCT_FILES, Catalogue, find_file, load_catalogue, load_product,
 )
@@ -17,6 +19,17 @@ from skillduet_plugin.envs.webshop.reward import get_reward, normalize_color, ti
 from skillduet_plugin.envs.webshop.synthetic import ensure_default_data, generate_catalogue, write_catalogue
 
 
+# ``skillduet train env=webshop`` defaults: pages are long (a results page is ~1,000 tokens) and the shopper
+# expert is deterministic, so fewer turns, more tokens and a shorter warm start than ALFWorld's demo.
+RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 256, "max_turns": 8, "max_total_tokens": 4096,
+                "warm_start.games": 128, "warm_start.episodes_per_game": 1, "warm_start.steps": 60,
+                "warm_start.max_minutes": 4.0, "warm_start.learning_rate": 3e-3}
+
+
+@register_env("webshop", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
+              format_actions=prompts.format_actions, free_text_actions=True,
+              offline_rules="skillduet_plugin.llm.offline_webshop:RULES", default_panel="test",
+              run_defaults=RUN_DEFAULTS, per_type_report=False)
 def make_webshop(data_dir: str | Path | None = None, split: str = "test", observation_mode: str = "text",
                  num_products: int | None = None, max_steps: int = 15, human_goals: bool = False,
                  scope: str = "webshop", show_attrs: bool = False, seed: int | None = None,

@@ -1,0 +1,129 @@
+"""The environment registry: everything the rest of SkillDuet needs to know about one environment, by name.
+
+An environment is one package under ``envs/`` (or any module of yours) whose factory carries
+``@register_env(name, ...)``: the factory, its prompt pieces, how a response becomes an action, the offline
+analyzer's rules, its expert for the warm start and its run defaults. Nothing outside ``envs/`` tests an
+environment's name: it asks :func:`env_spec`. The built-in packages register themselves on the first lookup.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from skillduet_plugin.core.registry import Registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from skillduet_plugin.envs.base import TextEnv
+    from skillduet_plugin.envs.prompts import PromptTemplates
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One registered environment.
+
+    Attributes:
+        name: the registry name (``env=``, ``env_name=``, ``skillduet.env.name=``).
+        factory: ``factory(data_dir=None, split=..., **kw) -> TextEnv``.
+        target: ``"module:function"`` of the factory, which spawned pool workers import.
+        prompts: the pieces of the standard verl-agent prompt (``envs.prompts``); None with ``initial_messages``.
+        format_observation: ``(obs, task) -> text`` as prompts show an observation (default: stripped).
+        format_actions: ``(admissible) -> shown actions`` (default: as given, ``help`` dropped).
+        initial_messages / turn_message: replace the standard prompt builder (same signatures as
+            ``envs.prompts.initial_messages`` / ``turn_message``).
+        project_action: replaces the standard ``<action>`` parser (same signature as
+            ``envs.projection.project_action``).
+        free_text_actions: actions are free text (WebShop's ``search[...]``): a response need not be one of the
+            admissible strings, and ``action_selection=auto`` generates instead of choosing.
+        offline_rules: ``"module:attr"`` of the offline analyzer's rules (``pair``, ``local_procedure``,
+            ``correction``); None uses the generic rules.
+        experts: the warm start's expert kinds, the default first; empty: no warm start.
+        make_expert: ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``.
+        default_panel: the evaluation split when a run names none.
+        limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
+        run_defaults: ``skillduet train`` defaults for this env (dotted keys), used where the user set nothing.
+        per_type_report: evaluation tables show a column per task type (else score and success).
+        scope_order: the order of task types in reports.
+    """
+
+    name: str
+    factory: Callable[..., "TextEnv"]
+    target: str
+    prompts: "PromptTemplates | None" = None
+    format_observation: Callable[[str, str | None], str] | None = None
+    format_actions: Callable[[Sequence[str]], list[str]] | None = None
+    initial_messages: Callable[..., list[dict[str, str]]] | None = None
+    turn_message: Callable[..., str] | None = None
+    project_action: Callable[..., tuple[str, bool]] | None = None
+    free_text_actions: bool = False
+    offline_rules: str | None = None
+    experts: tuple[str, ...] = ()
+    make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
+    default_panel: str = "test"
+    limit_keyword: str | None = None
+    run_defaults: Mapping[str, Any] = field(default_factory=dict)
+    per_type_report: bool = True
+    scope_order: tuple[str, ...] = ()
+
+
+def _discover() -> None:
+    """Import every built-in environment package (each registers itself)."""
+    import skillduet_plugin.envs as envs_pkg
+
+    for info in pkgutil.iter_modules(envs_pkg.__path__):
+        if info.ispkg:
+            importlib.import_module(f"skillduet_plugin.envs.{info.name}")
+
+
+ENVS: Registry[EnvSpec] = Registry("env", "environments", discover=_discover)
+
+
+def resolve(target: str) -> Any:
+    """The object a ``"package.module:attr"`` string names."""
+    module_name, sep, attr = str(target).partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"target={target!r} is invalid: expected 'package.module:attr'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def register_env(name: str, target: str | Callable[..., Any] | None = None, *, replace_existing: bool = True,
+                 **spec: Any) -> Any:
+    """Register an environment.
+
+    As a decorator on the factory: ``@register_env("mine", prompts=..., default_panel="valid")``. Directly:
+    ``register_env("mine", "package.module:make_mine", **spec)`` (a factory string, resolved when an env is
+    made, so that the module is imported only when used).
+    """
+    def add(factory: Any) -> Any:
+        if isinstance(factory, str):
+            path = factory
+            made = EnvSpec(name=name, factory=lambda **kw: resolve(path)(**kw), target=path, **spec)
+        else:
+            made = EnvSpec(name=name, factory=factory,
+                           target=f"{factory.__module__}:{factory.__qualname__}", **spec)
+        ENVS.register(name, made, replace=replace_existing)
+        return factory
+
+    return add if target is None else add(target)
+
+
+def env_spec(name: str) -> EnvSpec:
+    """The registration of ``name``; an unknown name is a one-line error listing the registered ones."""
+    return ENVS.get(name)
+
+
+def env_names() -> list[str]:
+    return ENVS.names()
+
+
+def with_overrides(spec: EnvSpec, **changes: Any) -> EnvSpec:
+    """A copy of ``spec`` with some fields replaced (e.g. custom prompt functions from a verl config)."""
+    return replace(spec, **{k: v for k, v in changes.items() if v is not None})
+
+
+__all__ = ["ENVS", "EnvSpec", "env_names", "env_spec", "register_env", "resolve", "with_overrides"]

@@ -6,7 +6,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from skillduet_plugin.testing.tiny import SIZES
+    from skillduet_plugin.runs.tiny_model import SIZES
 
     parser.add_argument("out_dir", help="folder to write the tokenizer and model into")
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model shape (default: tiny)")
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.testing.tiny import build_tiny
+    from skillduet_plugin.runs.tiny_model import build_tiny
 
     out = build_tiny(args.out_dir, size=args.size, vocab_size=args.vocab_size, seed=args.seed,
                      overwrite=args.overwrite)

@@ -14,6 +14,10 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from skillduet_plugin.runs.config import settings_help
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "settings (YAML keys or dotted key=value overrides):\n" + settings_help()
     parser.add_argument("config", nargs="?", default=None,
                         help="YAML run config (default: the CPU demo); examples/ holds several")
     parser.add_argument("overrides", nargs="*", default=[],

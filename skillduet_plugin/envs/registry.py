@@ -43,6 +43,7 @@ class EnvSpec:
         make_expert: ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``.
         default_panel: the evaluation split when a run names none.
         limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
+        choose_kwargs: factory keywords added when the policy chooses among admissible actions (``choose`` mode).
         run_defaults: ``skillduet train`` defaults for this env (dotted keys), used where the user set nothing.
         per_type_report: evaluation tables show a column per task type (else score and success).
         scope_order: the order of task types in reports.
@@ -63,6 +64,7 @@ class EnvSpec:
     make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
     default_panel: str = "test"
     limit_keyword: str | None = None
+    choose_kwargs: Mapping[str, Any] = field(default_factory=dict)
     run_defaults: Mapping[str, Any] = field(default_factory=dict)
     per_type_report: bool = True
     scope_order: tuple[str, ...] = ()

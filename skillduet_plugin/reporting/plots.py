@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from skillduet_plugin.runs.plots import SUCCESS_PREFIX, _pyplot, _save, _series
+from skillduet_plugin.runs.plots import SUCCESS_PREFIX, pyplot, save_figure, series
 
 
 def _integer_steps(ax) -> None:
@@ -19,7 +19,7 @@ def _integer_steps(ax) -> None:
 
 def has_series(steps: Sequence[Mapping[str, Any]], key: str) -> bool:
     """Whether any per-step record holds a number under ``key``."""
-    return bool(_series(steps, key)[0])
+    return bool(series(steps, key)[0])
 
 
 def smooth(values: Sequence[float], window: int) -> list[float]:
@@ -37,15 +37,15 @@ def smooth(values: Sequence[float], window: int) -> list[float]:
 
 def plot_analyzer_failures(steps: Sequence[Mapping[str, Any]], out: str | os.PathLike, title: str = "") -> Path:
     """Analyzer failures per step (bars) against analyzer requests (line), and synthesizer failures so far."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    xs, ys = _series(steps, "analyzer/failures")
+    xs, ys = series(steps, "analyzer/failures")
     if xs:
         ax.bar(xs, ys, color="tab:red", alpha=0.75, label="analyzer failures")
-    xs, ys = _series(steps, "analyzer/requests")
+    xs, ys = series(steps, "analyzer/requests")
     if xs:
         ax.plot(xs, ys, color="tab:blue", marker=".", label="analyzer requests")
-    xs, ys = _series(steps, "synthesizer/failures")
+    xs, ys = series(steps, "synthesizer/failures")
     if xs:
         ax.step(xs, ys, where="post", color="tab:purple", label="synthesizer failures (cumulative)")
     if not ax.patches and not ax.lines:
@@ -57,7 +57,7 @@ def plot_analyzer_failures(steps: Sequence[Mapping[str, Any]], out: str | os.Pat
     ax.grid(alpha=0.3)
     if ax.patches or ax.lines:
         ax.legend(fontsize=8)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_compare(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], key: str, out: str | os.PathLike, *,
@@ -66,11 +66,11 @@ def plot_compare(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], key: s
 
     ``window > 1`` draws the raw points faintly and a trailing moving average over them.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, steps) in enumerate(runs):
-        xs, ys = _series(steps, key)
+        xs, ys = series(steps, key)
         if not xs:
             continue
         color = colors[i % len(colors)]
@@ -90,7 +90,7 @@ def plot_compare(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], key: s
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def task_types(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[str]:
@@ -102,7 +102,7 @@ def task_types(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[
 def plot_compare_task_types(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], out: str | os.PathLike, *,
                             window: int = 1, title: str = "") -> Path:
     """Success per task type, one panel per type, a line per run (shared y axis 0..1)."""
-    plt = _pyplot()
+    plt = pyplot()
     types = task_types(runs) or ["(none)"]
     cols = min(3, len(types))
     rows = math.ceil(len(types) / cols)
@@ -111,7 +111,7 @@ def plot_compare_task_types(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]
     for idx, t in enumerate(types):
         ax = axes[idx // cols][idx % cols]
         for i, (label, steps) in enumerate(runs):
-            xs, ys = _series(steps, SUCCESS_PREFIX + t)
+            xs, ys = series(steps, SUCCESS_PREFIX + t)
             if xs:
                 ax.plot(xs, smooth(ys, window) if window > 1 else ys, color=colors[i % len(colors)],
                         linewidth=1.6, label=label)
@@ -126,4 +126,4 @@ def plot_compare_task_types(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]
     if handles:
         fig.legend(handles, labels, loc="upper right", fontsize=8)
     fig.suptitle(title or "Success rate per task type")
-    return _save(fig, out)
+    return save_figure(fig, out)

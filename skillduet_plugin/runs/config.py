@@ -10,32 +10,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from skillduet_plugin.config import ConfigError, SkillDuetConfig, preset
-from skillduet_plugin.config import _check_choice as _choice
-from skillduet_plugin.config import _fail
+from skillduet_plugin.config import SkillDuetConfig, preset, read_yaml
+from skillduet_plugin.core.names import ACTION_SELECTIONS, TEACHER_AT
+from skillduet_plugin.core.settings import (ConfigError, check, check_keys, field_docs, invalid, setting,
+                                            validate_fields)
+from skillduet_plugin.envs.registry import env_names, env_spec
+from skillduet_plugin.runs.tiny_model import SIZES as TINY_SIZES
 
-ENVS = ("alfworld", "webshop")
 METHODS = ("skillduet", "local_only", "random", "grpo")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
-TEACHER_AT = ("generation", "loss")
-ACTION_SELECTIONS = ("auto", "generate", "choose")
+RUN_ACTION_SELECTIONS = ("auto",) + ACTION_SELECTIONS
 EXPERTS = ("search", "walkthrough")
-# Default evaluation panel per env (the fixed, deterministic validation split).
-DEFAULT_PANEL = {"alfworld": "valid_unseen", "webshop": "test"}
-# Demo defaults that differ per environment (the RunConfig defaults are ALFWorld's): applied by
-# ``load_run_config`` when the run's env is this one and neither the file nor an override set the key.
-# WebShop pages are long (a results page is ~1,000 tokens): fewer turns, a longer context, one shopper episode
-# per goal over many goals. Its episodes are long, so cloning needs its steps: measured on 32 goals, 60 steps
-# left the cross-entropy at 1.65 and the clone won no sampled episode, 200 steps reached 0.14 and won some.
-ENV_DEMO_DEFAULTS: dict[str, dict[tuple[str, ...], Any]] = {
-    "webshop": {("eval_tasks",): 16, ("train_tasks",): 256, ("max_turns",): 8, ("max_total_tokens",): 4096,
-                ("warm_start", "games"): 128, ("warm_start", "episodes_per_game"): 1, ("warm_start", "steps"): 200},
-}
 
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
 # CPU run consolidates 3 times) and small skill budgets that fit the tiny model's context.
@@ -48,184 +38,134 @@ DEMO_SKILLDUET: dict[str, Any] = {
 }
 
 
-def _int(name: str, value: Any, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        _fail(name, value, f"expected an integer >= {lo}")
-
-
-def _num(name: str, value: Any, lo: float, lo_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lo or (lo_open and value == lo):
-        _fail(name, value, f"expected a number {'>' if lo_open else '>='} {lo}")
-
-
-def _bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        _fail(name, value, "expected true or false")
-
-
 @dataclass
 class WarmStartConfig:
-    """Behaviour cloning on expert episodes before RL, so that a small model sometimes succeeds.
+    """Behaviour cloning on expert episodes before RL, so that a small model sometimes succeeds."""
 
-    Attributes:
-        enabled: ``auto`` (on for ``tiny`` models, off for real checkpoints), true or false.
-        games: training games whose expert episodes are cloned (taken from the start of the train split).
-        expert: ``search`` (ALFWorld: the searching expert of ``envs.alfworld.expert``, which looks for the
-            target like a player who does not know where it is, so the clone learns to search) or
-            ``walkthrough`` (the game file's stored plan, straight to the hidden object). WebShop: ``search`` is
-            the searching shopper of ``envs.webshop.expert`` (reads the instruction only), ``walkthrough`` a
-            shopper that goes straight to the goal product.
-        episodes_per_game: expert episodes per game (the searching expert visits receptacles in a different
-            seeded order in each).
-        steps: optimizer steps, always all of them: the budget is in steps, never in time, so a busy machine
-            takes longer but makes the same model (a time estimate and a progress bar say how long). The
-            result is cached by a hash of everything it depends on; an interrupted warm start is never reused.
-        batch_size: episodes per optimizer step.
-        learning_rate: AdamW learning rate.
-        skill_fraction: share of episodes whose first prompt carries a skill section (inserted at message
-            level, as the RL loop inserts the Global), so the model learns to read that section.
-        skill_token_budget: token budget of those sections. The warm start's own setting, not the method's
-            ``skillduet.skill_token_budget``: runs of different methods start from the same model.
-    """
-
-    enabled: Any = "auto"
-    games: int = 72
-    expert: str = "search"
-    episodes_per_game: int = 2
-    steps: int = 700
-    batch_size: int = 4
-    learning_rate: float = 6e-3
-    skill_fraction: float = 0.5
-    skill_token_budget: int = 160
+    enabled: Any = setting("auto", "auto (on for tiny models, off for real checkpoints), true or false",
+                           choices=("auto", True, False), fix="expected auto, true or false")
+    games: int = setting(72, "training games whose expert episodes are cloned (the first of the train split)",
+                         kind="int", lo=1)
+    expert: str = setting("search", "ALFWorld: search (an expert that looks for the target like a player who does "
+                          "not know where it is, so the clone learns to search) or walkthrough (the game file's "
+                          "stored plan); WebShop: search (the searching shopper, reads the instruction only) or "
+                          "walkthrough (a shopper that goes straight to the goal product)", choices=EXPERTS)
+    episodes_per_game: int = setting(2, "expert episodes per game (the searching expert visits receptacles in a "
+                                     "different seeded order in each)", kind="int", lo=1)
+    steps: int = setting(700, "optimizer steps, always all of them: the budget is in steps, never in time, so a "
+                         "busy machine takes longer but makes the same model (a time estimate and a progress bar "
+                         "say how long); the result is cached by a hash of everything it depends on, and an "
+                         "interrupted warm start is never reused", kind="int", lo=0)
+    batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
+    learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
+    skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section (inserted "
+                                    "as the RL loop inserts the Global), so the model learns to read it",
+                                    lo=0, hi=1)
+    skill_token_budget: int = setting(160, "token budget of those sections; the warm start's own setting, not the "
+                                      "method's skillduet.skill_token_budget, so runs of different methods start "
+                                      "from the same model", kind="int", lo=16)
 
     def validate(self) -> None:
-        if self.enabled not in ("auto", True, False):
-            _fail("warm_start.enabled", self.enabled, "expected auto, true or false")
-        _int("warm_start.games", self.games, 1)
-        _choice("warm_start.expert", self.expert, EXPERTS)
-        _int("warm_start.episodes_per_game", self.episodes_per_game, 1)
-        _int("warm_start.steps", self.steps, 0)
-        _int("warm_start.batch_size", self.batch_size, 1)
-        _num("warm_start.learning_rate", self.learning_rate, 0, lo_open=True)
-        _num("warm_start.skill_fraction", self.skill_fraction, 0)
-        if self.skill_fraction > 1:
-            _fail("warm_start.skill_fraction", self.skill_fraction, "expected a fraction in [0, 1]")
-        _int("warm_start.skill_token_budget", self.skill_token_budget, 16)
+        validate_fields(self, "warm_start.")
 
 
 @dataclass
 class RunConfig:
-    """One training run (defaults: the CPU demo).
+    """One training run (defaults: the CPU demo); each field's help text is its documentation."""
 
-    Attributes:
-        name: run name (the run directory is ``runs/<timestamp>-<name>`` unless ``output_dir`` is set).
-        model: a local model folder, or ``tiny`` / ``tiny:<size>`` (built offline and cached).
-        env / env_kwargs / data_dir: the environment, its extra keywords, and its data (None: generated
-            ALFWorld games / the synthetic WebShop catalogue).
-        train_split / train_tasks: tasks trained on (``train_tasks`` = how many, from the start; 0 = all).
-        eval_panel / eval_tasks: the fixed evaluation panel (split, size; 0 = all) for before/after success.
-        steps: RL steps. tasks_per_step x num_generations episodes are played per step.
-        num_generations: group size G (rollouts per task).
-        max_turns / max_new_tokens_per_turn / max_total_tokens: episode limits.
-        invalid_action_penalty: reward subtracted per unparsable / inadmissible action.
-        learning_rate / temperature / seed: optimisation and sampling.
-        teacher_at: when OPD teacher log-probs are computed (``generation`` or live in the ``loss``).
-        action_selection: how the policy acts each turn, in rollouts and panel evaluations. ``generate``: free
-            generation (real runs). ``choose``: constrained selection among the admissible actions, each one's
-            warm-start-format response scored by the policy (sampled from the softmax of the summed log-probs at
-            ``temperature`` in rollouts, the best one in evaluations); the CPU demo's tiny model cannot copy long
-            action strings, so it plays this way (on WebShop the search page then offers queries built from the
-            instruction, see ``envs.webshop.queries``). ``auto``: choose for ``tiny`` models, generate otherwise.
-        skillduet: the method's settings (SkillDuetConfig keys) plus ``method`` =
-            skillduet | local_only | random | grpo (a preset the other keys override).
-        warm_start: behaviour-cloning warm start (see :class:`WarmStartConfig`).
-        eval_before / eval_after: measure success on the panel before and after RL.
-        save_steps: checkpoint every N steps (0: only the final model).
-        output_dir: run directory (default ``runs/<timestamp>-<name>``).
-        device / precision: ``auto`` picks cuda + bf16 when available, else cpu + fp32.
-        env_workers: parallel environment worker processes (0: play in this process).
-        threads: torch CPU threads (0: auto = one per two cores on CPU, torch's default on a GPU). Fixed per
-            machine, never chosen by load, so the results do not depend on it; half the cores, so another busy
-            process slows a run down instead of stalling every operator (bench/threads.py).
-        trl: extra GRPOConfig keywords passed through unchanged (e.g. ``use_vllm: true`` on a GPU box).
-    """
-
-    name: str = "demo"
-    model: str = "tiny"
-    env: str = "alfworld"
-    env_kwargs: dict = field(default_factory=dict)
-    data_dir: str | None = None
-    train_split: str = "train"
-    train_tasks: int = 0
-    eval_panel: str | None = None
-    eval_tasks: int = 24
-    steps: int = 9
-    num_generations: int = 4
-    tasks_per_step: int = 4
-    max_turns: int = 12
-    max_new_tokens_per_turn: int = 32
-    max_total_tokens: int = 2560
-    invalid_action_penalty: float = 0.1
-    learning_rate: float = 2e-4
-    temperature: float = 1.0
-    seed: int = 0
-    teacher_at: str = "generation"
-    action_selection: str = "auto"
-    skillduet: dict = field(default_factory=lambda: copy.deepcopy(DEMO_SKILLDUET))
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    eval_before: bool = True
-    eval_after: bool = True
-    save_steps: int = 3
-    output_dir: str | None = None
-    device: str = "auto"
-    precision: str = "auto"
-    env_workers: int = 0
-    threads: int = 0
-    trl: dict = field(default_factory=dict)
+    name: str = setting("demo", "run name (the run directory is runs/<timestamp>-<name> unless output_dir is set)")
+    model: str = setting("tiny", "a local model folder, or tiny / tiny:<size> (built offline and cached)")
+    env: str = setting("alfworld", "the environment (a registered name: alfworld, webshop, toy, ...)")
+    env_kwargs: dict = setting(help="extra keywords of the environment factory", default_factory=dict,
+                               kind="mapping")
+    data_dir: str | None = setting(None, "the environment's data folder (null: generated ALFWorld games / the "
+                                   "synthetic WebShop catalogue)", kind="path", optional=True,
+                                   fix="expected a folder path or null")
+    train_split: str = setting("train", "split trained on", kind="str")
+    train_tasks: int = setting(0, "how many training tasks, taken round-robin over task types (0: all)",
+                               kind="int", lo=0)
+    eval_panel: str | None = setting(None, "the fixed evaluation split (null: the environment's default panel)",
+                                     kind="str", optional=True,
+                                     fix="expected a split name such as valid_unseen, valid_seen or test")
+    eval_tasks: int = setting(24, "evaluation panel size, round-robin over task types (0: all)", kind="int", lo=0)
+    steps: int = setting(9, "RL steps; tasks_per_step x num_generations episodes are played per step",
+                         kind="int", lo=1)
+    num_generations: int = setting(4, "group size G (rollouts per task)", kind="int", lo=2,
+                                   fix="a GRPO group needs at least 2 rollouts per task")
+    tasks_per_step: int = setting(4, "tasks per RL step", kind="int", lo=1)
+    max_turns: int = setting(12, "policy turns per episode at most", kind="int", lo=1)
+    max_new_tokens_per_turn: int = setting(32, "generated tokens per turn at most", kind="int", lo=1)
+    max_total_tokens: int = setting(2560, "prompt + completion tokens per episode at most", kind="int", lo=64)
+    invalid_action_penalty: float = setting(0.1, "reward subtracted per unparsable / inadmissible action", lo=0)
+    learning_rate: float = setting(2e-4, "RL learning rate", lo=0, lo_open=True)
+    temperature: float = setting(1.0, "rollout sampling temperature", lo=0, lo_open=True)
+    seed: int = setting(0, "seeds training, sampling and the method", kind="int", lo=0)
+    teacher_at: str = setting("generation", "when OPD teacher log-probs are computed: once per rollout batch "
+                              "(generation) or live in every loss call (loss)", choices=TEACHER_AT)
+    action_selection: str = setting(
+        "auto", "how the policy acts each turn: generate (free generation, real runs), choose (the admissible "
+        "action whose warm-start-format response the policy scores highest; sampled in rollouts, best in "
+        "evaluations; the tiny model cannot copy long action strings; on WebShop the search page then offers "
+        "queries built from the instruction) or auto (choose for tiny models, generate otherwise)",
+        choices=RUN_ACTION_SELECTIONS)
+    skillduet: dict = setting(help="the method's settings (SkillDuetConfig keys) plus method = skillduet, "
+                              "local_only, random or grpo (a preset the other keys override)",
+                              default_factory=lambda: copy.deepcopy(DEMO_SKILLDUET), kind="mapping")
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig,
+                                        metadata={"help": "behaviour-cloning warm start"})
+    eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
+    eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
+    save_steps: int = setting(3, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
+    output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
+                                     optional=True)
+    device: str = setting("auto", "auto picks cuda when available, else cpu", choices=DEVICES)
+    precision: str = setting("auto", "auto picks bf16 on cuda, else fp32", choices=PRECISIONS)
+    env_workers: int = setting(0, "parallel environment worker processes (0: play in this process)",
+                               kind="int", lo=0)
+    threads: int = setting(0, "torch CPU threads (0: auto = one per two cores on CPU, torch's default on a GPU); "
+                           "fixed per machine, never chosen by load, so the results do not depend on it; half the "
+                           "cores, so another busy process slows a run down instead of stalling every operator",
+                           kind="int", lo=0)
+    trl: dict = setting(help="extra GRPOConfig keywords passed through unchanged (e.g. use_vllm: true on a GPU "
+                        "box); keys are checked against GRPOConfig when the command starts",
+                        default_factory=dict, kind="mapping")
 
     def __post_init__(self) -> None:
         if isinstance(self.warm_start, Mapping):
-            self.warm_start = _warm_start_from_dict(dict(self.warm_start))
+            if "max_minutes" in self.warm_start:
+                raise ConfigError(f"warm_start.max_minutes={self.warm_start['max_minutes']!r} was removed: a "
+                                  f"wall-clock cap made the warm-started model depend on the machine's load. Delete "
+                                  f"the key; warm_start.steps is the budget (a time estimate and a progress bar show "
+                                  f"how long it takes)")
+            check_keys("warm_start", self.warm_start, WarmStartConfig)
+            self.warm_start = WarmStartConfig(**dict(self.warm_start))
         self.validate()
 
     def validate(self) -> None:
-        if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            _fail("name", self.name, "expected a non-empty name without '/'")
-        if not isinstance(self.model, str) or not self.model:
-            _fail("model", self.model, "expected a model folder or tiny / tiny:<size>")
-        if self.model.startswith("tiny"):
-            from skillduet_plugin.testing.tiny import SIZES
-
-            size = tiny_size(self.model)
-            if size not in SIZES:
-                _fail("model", self.model, f"tiny sizes are {', '.join('tiny:' + s for s in SIZES)}")
-        _choice("env", self.env, ENVS)
-        for name in ("env_kwargs", "trl", "skillduet"):
-            if not isinstance(getattr(self, name), Mapping):
-                _fail(name, getattr(self, name), "expected a mapping")
-        if self.data_dir is not None and not isinstance(self.data_dir, str):
-            _fail("data_dir", self.data_dir, "expected a folder path or null")
-        for name in ("train_tasks", "eval_tasks", "save_steps", "env_workers", "threads"):
-            _int(name, getattr(self, name), 0)
-        for name in ("steps", "num_generations", "tasks_per_step", "max_turns", "max_new_tokens_per_turn"):
-            _int(name, getattr(self, name), 1)
-        if self.num_generations < 2:
-            _fail("num_generations", self.num_generations, "a GRPO group needs at least 2 rollouts per task")
-        _int("max_total_tokens", self.max_total_tokens, 64)
-        _num("invalid_action_penalty", self.invalid_action_penalty, 0)
-        _num("learning_rate", self.learning_rate, 0, lo_open=True)
-        _num("temperature", self.temperature, 0, lo_open=True)
-        _int("seed", self.seed, 0)
-        _choice("teacher_at", self.teacher_at, TEACHER_AT)
-        _choice("action_selection", self.action_selection, ACTION_SELECTIONS)
-        _choice("device", self.device, DEVICES)
-        _choice("precision", self.precision, PRECISIONS)
-        _bool("eval_before", self.eval_before)
-        _bool("eval_after", self.eval_after)
-        if self.eval_panel is not None and not isinstance(self.eval_panel, str):
-            _fail("eval_panel", self.eval_panel, "expected a split name such as valid_unseen, valid_seen or test")
+        validate_fields(self)
+        if "/" in self.name:
+            invalid("name", self.name, "expected a name without '/'")
+        if not self.model:
+            invalid("model", self.model, "expected a model folder or tiny / tiny:<size>")
+        if self.is_tiny and tiny_size(self.model) not in TINY_SIZES:
+            invalid("model", self.model, f"tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
+        check("env", self.env, choices=env_names())
         self.warm_start.validate()
         self.method_config()  # raises ConfigError naming the skillduet.* field
+
+    def check_resources(self) -> None:
+        """What only the machine can tell, checked when a command starts (not when a saved config is read):
+        the model folder and the data folder exist, and every ``trl.*`` key is a GRPOConfig field."""
+        if not self.is_tiny and not (Path(self.model).expanduser() / "config.json").is_file():
+            invalid("model", self.model, "no model folder with a config.json there: pass a local model folder "
+                    "(e.g. from `skillduet models smollm2 DIR`) or tiny / tiny:<size>")
+        if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
+            invalid("data_dir", self.data_dir, "no such folder: pass the benchmark data folder, or null for "
+                    "generated data")
+        if self.trl:
+            from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
+
+            check_keys("trl", self.trl, SkillDuetGRPOConfig)
 
     # ------------------------------------------------------------------ derived settings
     @property
@@ -236,21 +176,17 @@ class RunConfig:
         """The SkillDuetConfig of this run: the ``method`` preset, then the other ``skillduet.*`` keys."""
         data = dict(self.skillduet)
         method = data.pop("method", "skillduet")
-        if method not in METHODS:
-            _fail("skillduet.method", method, f"allowed values are {', '.join(METHODS)}")
+        check("skillduet.method", method, choices=METHODS)
         if "seed" not in data:
             data["seed"] = self.seed
         try:
             return preset(method, **data)
         except ConfigError as exc:
-            msg = str(exc)
-            raise ConfigError(f"skillduet: {msg}" if msg.startswith("unknown") else f"skillduet.{msg}") from None
-        except TypeError as exc:  # pragma: no cover - from_dict already names unknown keys
-            raise ConfigError(f"skillduet: {exc}") from None
+            raise exc.under("skillduet") from None
 
     @property
     def panel(self) -> str:
-        return self.eval_panel or DEFAULT_PANEL[self.env]
+        return self.eval_panel or env_spec(self.env).default_panel
 
     @property
     def is_tiny(self) -> bool:
@@ -282,29 +218,13 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "RunConfig":
         data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown setting(s) {', '.join(unknown)}: allowed keys are {', '.join(sorted(known))}")
+        check_keys("", data, cls)
         return cls(**data)
 
 
 def tiny_size(model: str) -> str:
     """``tiny`` -> ``tiny``; ``tiny:small`` -> ``small``."""
     return model.split(":", 1)[1] if ":" in model else "tiny"
-
-
-def _warm_start_from_dict(data: dict[str, Any]) -> WarmStartConfig:
-    if "max_minutes" in data:
-        raise ConfigError(f"warm_start.max_minutes={data['max_minutes']!r} was removed: a wall-clock cap made the "
-                          f"warm-started model depend on the machine's load. Delete the key; warm_start.steps is "
-                          f"the budget (a time estimate and a progress bar show how long it takes)")
-    known = {f.name for f in fields(WarmStartConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown setting(s) {', '.join('warm_start.' + k for k in unknown)}: "
-                          f"allowed keys are {', '.join(sorted(known))}")
-    return WarmStartConfig(**data)
 
 
 # ---------------------------------------------------------------------- YAML + overrides
@@ -369,27 +289,20 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
-                    output_dir: str | None = None) -> RunConfig:
+                    output_dir: str | None = None, *, check_machine: bool = True) -> RunConfig:
     """Defaults (the CPU demo) <- the YAML file <- ``key=value`` overrides <- ``--output-dir``.
 
     Sections merge key by key, except a file's ``skillduet:`` section, which replaces the demo's method
     settings (it starts from the paper defaults of its ``method`` preset). Overrides always merge. Where the
-    resulting env has its own demo defaults (``ENV_DEMO_DEFAULTS``: ``env=webshop`` alone is the WebShop demo),
-    they replace the ALFWorld ones for every key that neither the file nor an override set.
+    resulting env registers its own run defaults (``run_defaults``: ``env=webshop`` alone is the WebShop demo),
+    they replace the ALFWorld ones for every key that neither the file nor an override set. With
+    ``check_machine`` the model and data folders and the ``trl.*`` keys are checked too
+    (:meth:`RunConfig.check_resources`), so that every mistake is reported before any work starts.
     """
-    import yaml
-
     data = RunConfig().to_dict()
     explicit: set[tuple[str, ...]] = set()
     if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"config file {str(path)!r} not found: pass a YAML file such as "
-                              f"examples/cpu_demo.yaml, or no file for the CPU demo")
-        loaded = yaml.safe_load(file.read_text()) or {}
-        if not isinstance(loaded, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of settings at the top level, got "
-                              f"{type(loaded).__name__}")
+        loaded = read_yaml(path, "run settings")
         explicit |= _key_paths(loaded)
         if isinstance(loaded.get("skillduet"), Mapping):
             # A file's method section starts from the paper defaults (its preset), not from the demo's
@@ -397,17 +310,30 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
             data["skillduet"] = {}
         _merge(data, loaded)
     for key_path, value in parse_overrides(list(overrides or [])):
-        if key_path[0] not in data:
-            raise ConfigError(f"override {'.'.join(key_path)}={value!r}: unknown setting {key_path[0]!r}; "
-                              f"allowed keys are {', '.join(sorted(data))}")
+        check_keys("", {key_path[0]: value}, data)
         _set_path(data, key_path, value, f"override {'.'.join(key_path)}")
         explicit.add(tuple(key_path))
-    for key_path, value in ENV_DEMO_DEFAULTS.get(str(data.get("env")), {}).items():
-        if not any(key_path[:len(e)] == e for e in explicit):
-            _set_path(data, list(key_path), value, "env demo default")
+    env = data.get("env")
+    if env in env_names():
+        for dotted, value in env_spec(env).run_defaults.items():
+            key_path = tuple(dotted.split("."))
+            if not any(key_path[:len(e)] == e for e in explicit):
+                _set_path(data, list(key_path), value, "env run default")
     if output_dir is not None:
         data["output_dir"] = output_dir
-    return RunConfig.from_dict(data)
+    config = RunConfig.from_dict(data)
+    if check_machine:
+        config.check_resources()
+    return config
+
+
+def settings_help() -> str:
+    """Every run setting with its default and help (the epilog of ``skillduet train --help``)."""
+    from skillduet_plugin.core.settings import render_text
+
+    method = [("skillduet.method", DEMO_SKILLDUET["method"], f"the preset the other skillduet.* keys override: "
+               f"{', '.join(METHODS)}")]
+    return render_text(field_docs(RunConfig) + method + field_docs(SkillDuetConfig, "skillduet."))
 
 
 def dump_yaml(data: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -1,22 +1,24 @@
 """Environment plumbing shared by training, the warm start and evaluation: the env keywords of a run config
-for a split, building an env or a pool from them, and the fixed task list of an evaluation panel."""
+for a split, and building an env or a pool from them."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.runs.config import RunConfig
 
 
 def env_kwargs(config: RunConfig, split: str, limit: int = 0) -> dict[str, Any]:
     """Keywords for ``envs.make(config.env, **kw)`` (and ``EnvPool(env_kwargs=kw)``): data folder (None: the
-    generated ALFWorld games / the synthetic WebShop catalogue), split, first ``limit`` tasks (0: all), WebShop's
-    search choices in choose mode, then the config's own ``env_kwargs``."""
+    generated ALFWorld games / the synthetic WebShop catalogue), split, first ``limit`` tasks (0: all), the env's
+    choose-mode keywords (WebShop's search choices) when the policy chooses, then the config's own ``env_kwargs``."""
     kw: dict[str, Any] = {"data_dir": config.data_dir, "split": split}
-    if limit and config.env == "alfworld":  # other envs are cut by the callers (env.tasks[:limit])
-        kw["max_tasks"] = int(limit)
-    if config.env == "webshop" and config.action_mode == "choose":
-        kw["search_choices"] = 8  # choose mode searches with queries built from the instruction
+    spec = env_spec(config.env)
+    if limit and spec.limit_keyword:  # envs without one are cut by the callers (env.tasks[:limit])
+        kw[spec.limit_keyword] = int(limit)
+    if config.action_mode == "choose":
+        kw.update(spec.choose_kwargs)  # e.g. WebShop: search with queries built from the instruction
     kw.update(config.env_kwargs)
     return kw
 
@@ -57,13 +59,3 @@ def make_pool(config: RunConfig, split: str, limit: int = 0) -> Any:
     from skillduet_plugin.envs.pool import EnvPool
 
     return EnvPool(config.env, num_workers=config.env_workers, env_kwargs=env_kwargs(config, split, limit))
-
-
-def panel_tasks(config: RunConfig, split: str, limit: int = 0) -> list[str]:
-    """The evaluation panel: the first ``limit`` tasks (0: all) of ``split``, in the env's stable order."""
-    env = make_env(config, split, limit)
-    try:
-        tasks = list(env.tasks)
-    finally:
-        env.close()
-    return tasks[:limit] if limit else tasks

@@ -17,7 +17,8 @@ SUCCESS_PREFIX = "success/"
 OPD_KEYS = ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student", "opd/loss")
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -26,7 +27,8 @@ def _pyplot():
     return plt
 
 
-def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """``(steps, values)`` of the metric ``key`` over the records that carry a number for it."""
     xs, ys = [], []
     for r in records:
         value = r.get(key)
@@ -36,26 +38,27 @@ def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], 
     return xs, ys
 
 
-def _save(fig, out: str | os.PathLike) -> Path:
+def save_figure(fig, out: str | os.PathLike) -> Path:
+    """Write ``fig`` as a PNG (folders created) and close it."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
 def plot_success(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title: str = "") -> Path:
     """Training success rate per step: overall (thick) and per task type (``success/<type>`` keys)."""
-    plt = _pyplot()
+    plt = pyplot()
     records = step_records(records)
     fig, ax = plt.subplots(figsize=(7, 4))
-    xs, ys = _series(records, "success")
+    xs, ys = series(records, "success")
     if xs:
         ax.plot(xs, ys, color="black", linewidth=2.5, label="all", marker="o", markersize=3)
     types = sorted({k[len(SUCCESS_PREFIX):] for r in records for k in r if k.startswith(SUCCESS_PREFIX)})
     for t in types:
-        xs, ys = _series(records, SUCCESS_PREFIX + t)
+        xs, ys = series(records, SUCCESS_PREFIX + t)
         if xs:
             ax.plot(xs, ys, linewidth=1.2, label=t, marker=".", alpha=0.85)
     ax.set_xlabel("training step")
@@ -65,22 +68,22 @@ def plot_success(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, t
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8, ncol=2)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_opd(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title: str = "") -> Path:
     """OPD gate statistics per step: mean gate, share of tokens with gate > 0.5, mean t - s, loss."""
-    plt = _pyplot()
+    plt = pyplot()
     records = step_records(records)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for key in ("opd/gate_mean", "opd/gate_active_ratio"):
-        xs, ys = _series(records, key)
+        xs, ys = series(records, key)
         if xs:
             axes[0].plot(xs, ys, marker=".", label=key.split("/", 1)[1])
     axes[0].set_ylim(-0.03, 1.03)
     axes[0].set_title("gate")
     for key in ("opd/teacher_minus_student", "opd/loss"):
-        xs, ys = _series(records, key)
+        xs, ys = series(records, key)
         if xs:
             axes[1].plot(xs, ys, marker=".", label=key.split("/", 1)[1])
     axes[1].axhline(0.0, color="gray", linewidth=0.8)
@@ -91,7 +94,7 @@ def plot_opd(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title
         if ax.lines:
             ax.legend(fontsize=8)
     fig.suptitle(title or "OPD gate statistics")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def strength_by_consolidation(bank_path: str | os.PathLike) -> dict[int, list[float]]:
@@ -134,7 +137,7 @@ def global_sizes(bank_path: str | os.PathLike, tokenizer: Any = None) -> list[di
 
 def plot_strength(strengths: Mapping[int, Sequence[float]], out: str | os.PathLike, title: str = "") -> Path:
     """Box plot (with the points) of candidate Strength at each consolidation step."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     steps = [s for s in sorted(strengths) if len(strengths[s])]
     if steps:
@@ -150,18 +153,18 @@ def plot_strength(strengths: Mapping[int, Sequence[float]], out: str | os.PathLi
     ax.set_ylabel("Strength |Δ log p|")
     ax.set_title(title or "Strength of Local candidates per consolidation")
     ax.grid(alpha=0.3)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_global_size(records: Sequence[Mapping[str, Any]], versions: Sequence[Mapping[str, Any]],
                      out: str | os.PathLike, title: str = "") -> Path:
     """Global size over training: total items and tokens from the step metrics (``global/items``,
     ``global/tokens``), and each scope's versions from the bank as points."""
-    plt = _pyplot()
+    plt = pyplot()
     records = step_records(records)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, key in zip(axes, ("items", "tokens")):
-        xs, ys = _series(records, f"global/{key}")
+        xs, ys = series(records, f"global/{key}")
         if xs:
             ax.step(xs, ys, where="post", color="black", linewidth=2, label="all scopes")
         scopes = sorted({v["scope"] for v in versions})
@@ -176,7 +179,7 @@ def plot_global_size(records: Sequence[Mapping[str, Any]], versions: Sequence[Ma
     axes[0].set_title("Global items")
     axes[1].set_title("Global tokens")
     fig.suptitle(title or "Global size")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, tokenizer: Any = None) -> list[Path]:

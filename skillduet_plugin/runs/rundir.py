@@ -33,7 +33,7 @@ def resolve_model(spec: str, *, seed: int = 0) -> Path:
     if spec.startswith("tiny"):
         from skillduet_plugin.artefacts import digest_key
         from skillduet_plugin.runs.config import tiny_size
-        from skillduet_plugin.testing.tiny import build_tiny, tiny_key
+        from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
 
         size = tiny_size(spec)
         key = digest_key(tiny_key(size, seed=seed), 12)

@@ -1,1 +1,3 @@
-"""Helpers for tests and CPU runs: a tiny offline tokenizer and causal LM."""
+"""Test support, never imported by the product: the toy pool, fault-injecting LLM backends, verl's CPU platform
+shim (``verl_cpu``, which patches verl when imported). The tiny model the tests use is the demo's model,
+``skillduet_plugin.runs.tiny_model``."""

@@ -25,7 +25,7 @@ def test_tiny_model_reloads_offline(tiny_model_dir, tiny_tokenizer):
 
 
 def test_tiny_build_is_deterministic(tmp_path):
-    from skillduet_plugin.testing.tiny import build_tiny
+    from skillduet_plugin.runs.tiny_model import build_tiny
     from transformers import AutoTokenizer
 
     a = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "a"))

@@ -13,16 +13,15 @@ sees a world of one. :data:`CPU_SAFE_DEFAULTS` holds all of these, plus small-ru
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
-from skillduet_plugin.config import ConfigError, SkillDuetConfig
-
-TEACHER_AT = ("generation", "loss")
-ACTION_SELECTIONS = ("generate", "choose")
+from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.names import ACTION_SELECTIONS, TEACHER_AT
+from skillduet_plugin.core.settings import ConfigError, check, invalid, validate_fields
+from skillduet_plugin.envs.registry import env_names
 
 #: GRPOConfig keywords for a CPU-only machine (merge under your own values: ``{**CPU_SAFE_DEFAULTS, **mine}``).
 CPU_SAFE_DEFAULTS: dict[str, Any] = {
@@ -45,7 +44,8 @@ class SkillDuetGRPOConfig(GRPOConfig):
     Attributes:
         skillduet: the method settings (see ``SkillDuetConfig``), e.g. ``{"opd_coef": 0.1, "selector": "strength"}``
             or ``preset("grpo").to_dict()``; validated here, available as :attr:`skillduet_config`.
-        env_name: registered environment (``alfworld``, ``webshop`` or one added with ``envs.register_env``).
+        env_name: registered environment (``alfworld``, ``webshop``, ``toy`` or one added with
+            ``envs.register_env``).
         env_kwargs: keywords for the environment factory (``envs.make(env_name, **env_kwargs)``).
         env_workers: environment worker processes; 0 runs the environments in the trainer process.
         max_turns: policy turns per episode at most.
@@ -91,29 +91,15 @@ class SkillDuetGRPOConfig(GRPOConfig):
             try:
                 cfg = SkillDuetConfig.from_dict(raw)
             except ConfigError as err:
-                raise ConfigError(f"skillduet.{err}") from None
+                raise err.under("skillduet") from None
         else:
-            raise ConfigError(f"skillduet={raw!r} is invalid: expected a mapping of SkillDuet settings")
+            invalid("skillduet", raw, "expected a mapping of SkillDuet settings")
         self.skillduet = cfg.to_dict()  # plain data, so TrainingArguments.to_dict / to_json keep working
         self._skillduet_config = cfg
-        if not isinstance(self.env_name, str) or not self.env_name:
-            raise ConfigError(f"env_name={self.env_name!r} is invalid: expected a registered environment name")
-        if self.env_kwargs is not None and not isinstance(self.env_kwargs, dict):
-            raise ConfigError(f"env_kwargs={self.env_kwargs!r} is invalid: expected a mapping or None")
+        # TRL's HfArgumentParser turns metadata into argparse keywords, so the constraints live here, not there.
+        validate_fields(self, checks=_CHECKS)
+        check("env_name", self.env_name, choices=env_names())
         self.env_kwargs = dict(self.env_kwargs or {})
-        _int_at_least("env_workers", self.env_workers, 0)
-        _int_at_least("max_turns", self.max_turns, 1)
-        _int_at_least("max_new_tokens_per_turn", self.max_new_tokens_per_turn, 1)
-        _int_at_least("logprob_token_budget", self.logprob_token_budget, 1)
-        if self.max_total_tokens is not None:
-            _int_at_least("max_total_tokens", self.max_total_tokens, 2)
-        _number_at_least("invalid_action_penalty", self.invalid_action_penalty, 0.0)
-        _number_at_least("reward_scale", self.reward_scale, 0.0, open_low=True)
-        if self.teacher_at not in TEACHER_AT:
-            raise ConfigError(f"teacher_at={self.teacher_at!r} is invalid: allowed values are {', '.join(TEACHER_AT)}")
-        if self.action_selection not in ACTION_SELECTIONS:
-            raise ConfigError(f"action_selection={self.action_selection!r} is invalid: allowed values are "
-                              f"{', '.join(ACTION_SELECTIONS)}")
         if self.skill_bank_dir is None:
             self.skill_bank_dir = self.output_dir
 
@@ -123,12 +109,15 @@ class SkillDuetGRPOConfig(GRPOConfig):
         return self._skillduet_config
 
 
-def _int_at_least(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name}={value!r} is invalid: expected an integer >= {low}")
-
-
-def _number_at_least(name: str, value: Any, low: float, open_low: bool = False) -> None:
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-    if bad or (value <= low if open_low else value < low):
-        raise ConfigError(f"{name}={value!r} is invalid: expected a finite number {'>' if open_low else '>='} {low}")
+_CHECKS: dict[str, dict[str, Any]] = {
+    "env_kwargs": {"kind": "mapping", "optional": True},
+    "env_workers": {"kind": "int", "lo": 0},
+    "max_turns": {"kind": "int", "lo": 1},
+    "max_new_tokens_per_turn": {"kind": "int", "lo": 1},
+    "logprob_token_budget": {"kind": "int", "lo": 1},
+    "max_total_tokens": {"kind": "int", "lo": 2, "optional": True},
+    "invalid_action_penalty": {"lo": 0},
+    "reward_scale": {"lo": 0, "lo_open": True},
+    "teacher_at": {"choices": TEACHER_AT},
+    "action_selection": {"choices": ACTION_SELECTIONS},
+}

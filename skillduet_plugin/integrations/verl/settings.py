@@ -8,12 +8,11 @@ Method keys go to :class:`~skillduet_plugin.config.SkillDuetConfig` (validated t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from skillduet_plugin.config import ConfigError, SkillDuetConfig
-
-ADAPTER_KEYS = ("env", "bank_path", "global_server", "teacher_logprobs")
+from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.settings import ConfigError, check, check_keys, invalid, setting, validate_fields
 
 #: ``actor``: an FSDP forward on the actor workers (default). ``rollout``: prefill requests with
 #: ``prompt_logprobs`` to the rollout servers, which serve the same weights after each sync (no FSDP pass; on a
@@ -21,43 +20,39 @@ ADAPTER_KEYS = ("env", "bank_path", "global_server", "teacher_logprobs")
 #: the step logs their gap to the actor's (``skillduet/check/*``), a debugging mode that pays for both.
 TEACHER_LOGPROB_SOURCES = ("actor", "rollout", "compare")
 
+_TARGET = {"kind": "str", "optional": True, "fix": "expected 'package.module:function'"}
+
 
 @dataclass
 class EnvSettings:
-    """What the ``skillduet_agent`` loop plays.
+    """What the ``skillduet_agent`` loop plays (``skillduet.env.*``); the episode as a whole is capped by
+    ``actor_rollout_ref.rollout.response_length``."""
 
-    ``factory`` (``"module:function"``) replaces ``envs.make(name)``; the three ``*_fn`` strings replace
-    ``envs.prompts.initial_messages``/``turn_message`` and ``envs.projection.project_action`` (custom or test
-    environments). ``max_turn_tokens`` caps one policy turn; the whole episode is capped by
-    ``actor_rollout_ref.rollout.response_length``.
-    """
-
-    name: str = "alfworld"
-    data_dir: str | None = None
-    max_turns: int = 50
-    max_turn_tokens: int = 512
-    system_prompt: str | None = None
-    invalid_action_penalty: float = 0.1
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    factory: str | None = None
-    initial_messages_fn: str | None = None
-    turn_message_fn: str | None = None
-    project_action_fn: str | None = None
+    name: str = setting("alfworld", "the registered environment played", kind="str",
+                        fix="expected an environment name")
+    data_dir: str | None = setting(None, "the environment's data folder (null: its default data)", kind="path",
+                                   optional=True)
+    max_turns: int = setting(50, "policy turns per episode at most", kind="int", lo=1)
+    max_turn_tokens: int = setting(512, "tokens of one policy turn at most", kind="int", lo=1)
+    system_prompt: str | None = setting(None, "an optional system message", kind="str", optional=True)
+    invalid_action_penalty: float = setting(0.1, "subtracted per invalid step", lo=0)
+    env_kwargs: dict[str, Any] = setting(help="extra keywords of the environment factory", default_factory=dict,
+                                         kind="mapping")
+    factory: str | None = setting(None, "'module:function' replacing envs.make(name) (unregistered environments)",
+                                  **_TARGET)
+    initial_messages_fn: str | None = setting(None, "'module:function' replacing envs.prompts.initial_messages",
+                                              **_TARGET)
+    turn_message_fn: str | None = setting(None, "'module:function' replacing envs.prompts.turn_message",
+                                          **_TARGET)
+    project_action_fn: str | None = setting(None, "'module:function' replacing envs.projection.project_action",
+                                            **_TARGET)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"skillduet.env.name={self.name!r} is invalid: expected an environment name")
-        for key in ("max_turns", "max_turn_tokens"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"skillduet.env.{key}={value!r} is invalid: expected an integer >= 1")
-        if float(self.invalid_action_penalty) < 0:
-            raise ConfigError(f"skillduet.env.invalid_action_penalty={self.invalid_action_penalty!r} is invalid: "
-                              "must be >= 0 (it is subtracted per invalid step)")
+        validate_fields(self, "skillduet.env.")
         for key in ("factory", "initial_messages_fn", "turn_message_fn", "project_action_fn"):
             value = getattr(self, key)
-            if value is not None and (not isinstance(value, str) or ":" not in value):
-                raise ConfigError(f"skillduet.env.{key}={value!r} is invalid: expected 'package.module:function'")
+            if value is not None and ":" not in value:
+                invalid(f"skillduet.env.{key}", value, "expected 'package.module:function'")
 
 
 @dataclass
@@ -71,9 +66,7 @@ class VerlSettings:
     teacher_logprobs: str = "actor"
 
     def __post_init__(self) -> None:
-        if self.teacher_logprobs not in TEACHER_LOGPROB_SOURCES:
-            raise ConfigError(f"skillduet.teacher_logprobs={self.teacher_logprobs!r} is invalid: allowed values are "
-                              f"{', '.join(TEACHER_LOGPROB_SOURCES)}")
+        check("skillduet.teacher_logprobs", self.teacher_logprobs, choices=TEACHER_LOGPROB_SOURCES)
 
     def resolved_bank_path(self, default_local_dir: str) -> str:
         """``bank_path``, or ``<trainer.default_local_dir>/skillduet/bank.sqlite``."""
@@ -93,7 +86,7 @@ def _plain(section: Any) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - omegaconf comes with verl
         pass
     if not isinstance(section, Mapping):
-        raise ConfigError(f"skillduet={section!r} is invalid: expected a mapping of SkillDuet settings")
+        invalid("skillduet", section, "expected a mapping of SkillDuet settings")
     return dict(section)
 
 
@@ -102,18 +95,25 @@ def parse_settings(section: Any) -> VerlSettings:
     data = _plain(section)
     env_data = data.pop("env", None) or {}
     if not isinstance(env_data, Mapping):
-        raise ConfigError(f"skillduet.env={env_data!r} is invalid: expected a mapping")
-    known = {f.name for f in fields(EnvSettings)}
-    unknown = sorted(set(env_data) - known)
-    if unknown:
-        raise ConfigError(f"unknown skillduet.env setting(s) {', '.join(unknown)}: allowed keys are "
-                          f"{', '.join(sorted(known))}")
+        invalid("skillduet.env", env_data, "expected a mapping")
+    check_keys("skillduet.env", env_data, EnvSettings)
     env = EnvSettings(**{k: (dict(v) if k == "env_kwargs" else v) for k, v in env_data.items()})
     bank_path = data.pop("bank_path", None)
     global_server = data.pop("global_server", None) or "skillduet_global_skills"
     teacher_logprobs = data.pop("teacher_logprobs", None) or "actor"
-    return VerlSettings(method=SkillDuetConfig.from_dict(data), env=env, bank_path=bank_path,
-                        global_server=str(global_server), teacher_logprobs=teacher_logprobs)
+    try:
+        method = SkillDuetConfig.from_dict(data)
+    except ConfigError as err:
+        raise err.under("skillduet") from None
+    # What the verl adapter does not implement is refused, not silently ignored.
+    if method.scope != "task_type":
+        invalid("skillduet.scope", method.scope, "verl serves one Global per task type: use scope=task_type "
+                "(task and single scopes run on the TRL adapter)")
+    if method.opd_agg != "token-mean":
+        invalid("skillduet.opd_agg", method.opd_agg, "on verl the OPD term is aggregated like the PPO loss: set "
+                "actor_rollout_ref.actor.loss_agg_mode instead")
+    return VerlSettings(method=method, env=env, bank_path=bank_path, global_server=str(global_server),
+                        teacher_logprobs=teacher_logprobs)
 
 
 def settings_from_trainer_config(config: Any) -> VerlSettings:
@@ -122,5 +122,4 @@ def settings_from_trainer_config(config: Any) -> VerlSettings:
     return parse_settings(section)
 
 
-__all__ = ["ADAPTER_KEYS", "TEACHER_LOGPROB_SOURCES", "EnvSettings", "VerlSettings", "parse_settings",
-           "settings_from_trainer_config"]
+__all__ = ["TEACHER_LOGPROB_SOURCES", "EnvSettings", "VerlSettings", "parse_settings", "settings_from_trainer_config"]

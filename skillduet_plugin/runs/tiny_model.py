@@ -1,4 +1,4 @@
-"""A tiny tokenizer and Qwen3 causal LM built offline in seconds, for tests and the CPU demo.
+"""The CPU demo's model (also the tests' model): a tiny tokenizer and Qwen3 causal LM built offline in seconds.
 
 The tokenizer is a byte-level BPE trained on ALFWorld- and WebShop-flavoured text generated here, with ChatML
 special tokens and a ChatML chat template; the model is a randomly initialised ``Qwen3ForCausalLM``. Both are
@@ -24,6 +24,10 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED_TOKENS = ["<think>", "</think>", "<action>", "</action>"]
 
 # Model shapes: name -> Qwen3Config keywords (vocab size comes from the tokenizer).
+# The environments whose prompt text the tokenizer learns as words (fixed: the vocabulary must not change when
+# an environment is registered).
+CORPUS_ENVS = ("alfworld", "webshop")
+
 SIZES: dict[str, dict[str, int]] = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16),
@@ -78,12 +82,12 @@ _TASKS = [
 def _prompt_lines() -> list[str]:
     """The fixed text of the environments' prompt templates and of the constrained-choice responses, so that
     the words every turn repeats become single tokens (a turn of the CPU demo is then ~40% shorter)."""
-    from skillduet_plugin.envs.prompts import TEMPLATES
+    from skillduet_plugin.envs.registry import env_spec
     from skillduet_plugin.rollout.choice import action_response
 
     lines = []
-    for t in TEMPLATES.values():
-        for text in (t.role, t.current, t.actions, t.history_header, t.history_item, t.instruction):
+    for env in CORPUS_ENVS:
+        for text in env_spec(env).prompts.texts():
             lines.append(re.sub(r"\{\w+\}", "", text))
     verbs = ("go to", "take", "move", "open", "close", "heat", "cool", "clean", "use", "examine", "search", "click")
     lines += [action_response(v) for v in verbs]

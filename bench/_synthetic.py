@@ -1,7 +1,7 @@
 """Synthetic but realistically shaped ALFWorld-style trajectories and skills for the benchmarks.
 
 Prompts are the real first-turn prompts (``envs.prompts.initial_messages``), episodes are tokenised like the
-rollout collector does (``rollout.conversation``: policy turns mask 1, environment turns mask 0), and skill
+rollout collector does (``core.conversation``: policy turns mask 1, environment turns mask 0), and skill
 contexts are built by the real injector (``skills.inject``), so token counts match what training sees.
 """
 
@@ -60,7 +60,7 @@ def make_trajectories(tokenizer: Any, n: int, *, turns: int = 3, think_words: in
                       scope: str = "pick_and_place") -> list:
     """``n`` train trajectories of one scope, each ``turns`` policy turns with environment turns between."""
     from skillduet_plugin.envs.prompts import initial_messages, turn_message
-    from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+    from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
     from skillduet_plugin.skills.types import Trajectory
 
     rng = random.Random(seed)
@@ -116,7 +116,7 @@ class ContextBuilder:
     """``context_fn(traj, skill)`` of the scoring path: r's first prompt with the Local skill inserted."""
 
     def __init__(self, tokenizer: Any, budget_tokens: int = 256) -> None:
-        from skillduet_plugin.rollout.conversation import ChatTokenizer
+        from skillduet_plugin.core.conversation import ChatTokenizer
 
         self.chat = ChatTokenizer(tokenizer)
         self.tokenizer = tokenizer

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import Generation
 
 # choose_fn(contexts, candidates) -> the chosen candidate per context, in order (token ids of one candidate each)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import (ACTION_SELECTIONS, Episode, EpisodeEngine, Generation, StudentFn,
                                              to_trajectory)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
 from skillduet_plugin.skills.types import Trajectory
 
 ACTION_SELECTIONS = ("generate", "choose")

@@ -137,7 +137,7 @@ def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name:
 
     from skillduet_plugin.rollout.choice import hf_choice_fn
     from skillduet_plugin.rollout.collector import hf_generate_fn, run_episodes
-    from skillduet_plugin.rollout.conversation import ChatTokenizer
+    from skillduet_plugin.core.conversation import ChatTokenizer
 
     chat = ChatTokenizer(tokenizer)
     was_training = model.training

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.rollout.choice import action_response
-from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.runs.config import EXPERTS
 

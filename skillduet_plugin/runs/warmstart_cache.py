@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.runs.warmstart import build_cloning_data, clone, play_expert
 
 FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-independent key
@@ -23,7 +23,7 @@ FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-i
 WARM_START_CODE = ("skillduet_plugin.runs.warmstart", "skillduet_plugin.runs.warmstart_cache",
                    "skillduet_plugin.envs.prompts", "skillduet_plugin.envs.alfworld.expert",
                    "skillduet_plugin.envs.alfworld.env", "skillduet_plugin.rollout.choice",
-                   "skillduet_plugin.rollout.conversation", "skillduet_plugin.rollout.engine",
+                   "skillduet_plugin.core.conversation", "skillduet_plugin.rollout.engine",
                    "skillduet_plugin.skills.inject",
                    "skillduet_plugin.core.logprobs")
 

@@ -202,7 +202,7 @@ class SkillLifecycle:
         if self._chat_tokenizer is None:
             if self.tokenizer is None:
                 raise ValueError("score() needs the policy tokenizer: pass tokenizer= to SkillLifecycle")
-            from skillduet_plugin.rollout.conversation import ChatTokenizer
+            from skillduet_plugin.core.conversation import ChatTokenizer
 
             self._chat_tokenizer = ChatTokenizer(self.tokenizer, self._chat_template_kwargs)
         return self._chat_tokenizer

@@ -167,7 +167,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
 
     ``log``: write the run's output there (else it goes to this process's stdout).
     """
-    from skillduet_plugin.testing.tiny import build_tiny
+    from skillduet_plugin.runs.tiny_model import build_tiny
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -250,8 +250,8 @@ def register() -> None:
 
 def cpu_rollout_env(extra_pythonpath: str | None = None) -> dict[str, str]:
     """Environment variables loading the CPU platform shim and this backend in every verl process."""
-    from skillduet_plugin.integrations.verl.testing_cpu import MODULE as PLATFORM_MODULE
-    from skillduet_plugin.integrations.verl.testing_cpu import cpu_env
+    from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
+    from skillduet_plugin.testing.verl_cpu import cpu_env
 
     env = cpu_env(extra_pythonpath)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses an empty value; the platform shim needs none

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
 
 
 def test_tiny_model_reloads_offline(tiny_model_dir, tiny_tokenizer):

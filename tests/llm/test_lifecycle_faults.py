@@ -12,7 +12,7 @@ from llm_fault_server import FaultServer
 
 from skillduet_plugin.config import BackendConfig, SkillDuetConfig
 from skillduet_plugin.llm import make_backend
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
 from skillduet_plugin.skills.types import Trajectory

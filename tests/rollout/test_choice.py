@@ -7,7 +7,7 @@ import torch
 
 from skillduet_plugin.rollout.choice import action_response, candidate_logprobs, hf_choice_fn
 from skillduet_plugin.rollout.collector import Generation, run_episodes
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.testing.toy_pool import ToyStepResult
 
 TASK = "put a mug in desk."

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from skillduet_plugin.rollout.collector import Generation, hf_generate_fn, run_episodes, to_trajectory
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.envs.toy import toy_turn_message
 from skillduet_plugin.testing.toy_pool import ToyPool
 from skillduet_plugin.skills.types import GlobalSkills

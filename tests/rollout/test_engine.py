@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import (EpisodeEngine, Generation, episode_from_record, episode_record,
                                              to_trajectory)
 from skillduet_plugin.rollout.toy import ToyEnv, toy_rollout_kwargs

@@ -9,7 +9,7 @@ import pytest
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.envs.prompts import initial_messages
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.runs.evaluate import (GlobalCondition, evaluate_conditions, eval_lifecycle, format_table,
                                             neutral_text, summarize)
 from skillduet_plugin.skills.bank import SkillBank

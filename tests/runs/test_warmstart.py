@@ -7,7 +7,7 @@ import pytest
 
 from skillduet_plugin.envs.prompts import initial_messages
 from skillduet_plugin.rollout.collector import Generation, run_episodes
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.runs.warmstart import (build_cloning_data, clone, expert_response, play_expert,
                                              procedure_text)
 from skillduet_plugin.runs.warmstart_cache import cache_key, warm_start_model

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from skillduet_plugin.config import SkillDuetConfig
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.bank_files import validate_file
 from skillduet_plugin.skills.lifecycle import SkillLifecycle

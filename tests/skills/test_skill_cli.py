@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skillduet_plugin.cli import main
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.trajectory_io import load_trajectories, save_trajectories, trajectory_file
 from skillduet_plugin.skills.types import Skill

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skillduet_plugin.config import SkillDuetConfig
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
 from skillduet_plugin.skills.lifecycle import SkillLifecycle

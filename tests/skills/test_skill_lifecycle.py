@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from skillduet_plugin.config import SkillDuetConfig
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.lifecycle import SkillLifecycle, resolve_scope
 

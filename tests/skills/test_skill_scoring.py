@@ -7,7 +7,7 @@ import torch
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.logprobs import response_logprobs
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
 from skillduet_plugin.skills.scoring import heldout_set, score_skills

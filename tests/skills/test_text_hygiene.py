@@ -8,7 +8,7 @@ import json
 import pytest
 
 from skillduet_plugin.config import SkillDuetConfig
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.inject import LOCAL_HEADER, skill_section
 from skillduet_plugin.skills.lifecycle import SkillLifecycle

@@ -15,7 +15,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from skillduet_plugin.config import SkillDuetConfig  # noqa: E402
-from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
+from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.skills.bank import BANK_FILENAME  # noqa: E402
 from skillduet_plugin.skills.lifecycle import SkillLifecycle  # noqa: E402
 from skillduet_plugin.skills.sanitize import sanitize_skill  # noqa: E402

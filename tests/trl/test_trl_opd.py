@@ -12,7 +12,7 @@ import torch
 from trl_helpers import group_rows
 from trl import GRPOTrainer
 
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 
 
 def _batch(trainer, drop_every_other_skill=True, task_index=3):

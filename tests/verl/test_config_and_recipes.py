@@ -50,6 +50,20 @@ def test_bad_settings_fail_at_compose_time():
         parse_settings({"env": {"max_turns": 0}})
 
 
+def test_verl_errors_name_the_full_key_and_refuse_what_verl_ignores():
+    with pytest.raises(ConfigError, match=r"^skillduet.keep_ratio=2 is invalid: expected a number in \(0, 1\]$"):
+        parse_settings({"keep_ratio": 2})
+    with pytest.raises(ConfigError, match=r"^unknown setting\(s\) skillduet.bogus: allowed keys of skillduet are "):
+        parse_settings({"bogus": 1})
+    with pytest.raises(ConfigError, match=r"^unknown setting\(s\) skillduet.env.turns: allowed keys of skillduet.env"):
+        parse_settings({"env": {"turns": 3}})
+    # verl served task-type Globals and aggregated OPD like the PPO loss whatever these said; now it says so
+    with pytest.raises(ConfigError, match="skillduet.scope='task' is invalid: verl serves one Global per task type"):
+        parse_settings({"scope": "task"})
+    with pytest.raises(ConfigError, match="skillduet.opd_agg='seq-mean-token-sum' is invalid: .*loss_agg_mode"):
+        parse_settings({"opd_agg": "seq-mean-token-sum"})
+
+
 def test_plain_verl_override_route_parses():
     """`python -m verl.trainer.main_ppo ... +skillduet.*`: a partial section means paper defaults elsewhere."""
     settings = parse_settings({"opd_coef": 0.2, "env": {"name": "webshop", "max_turns": 15}})

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from skillduet_plugin.config import SkillDuetConfig  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import build_trajectories  # noqa: E402
 from skillduet_plugin.rollout.collector import Generation, run_episodes, to_trajectory  # noqa: E402
-from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
+from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.rollout.toy import ToyPool, toy_rollout_kwargs  # noqa: E402
 from skillduet_plugin.skills.bank import SkillBank  # noqa: E402
 from skillduet_plugin.skills.extract import plan_jobs  # noqa: E402

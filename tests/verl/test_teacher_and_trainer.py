@@ -18,7 +18,7 @@ from skillduet_plugin.integrations.verl.batch import build_trajectories, tensor_
 from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY  # noqa: E402
 from skillduet_plugin.integrations.verl.teacher import (logprob_batch, plan_teacher_batch,  # noqa: E402
                                                         split_response_logprobs)
-from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
+from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.envs.toy import toy_initial_messages  # noqa: E402
 
 TASKS = [("toy-3", "fetch", "take the key from the box."), ("toy-3", "fetch", "take the key from the box."),

@@ -168,11 +168,3 @@ class EngineSession:
     def close(self) -> None:
         self._env.close()
         self._loaded = None
-
-
-def clear_caches() -> None:
-    """Drop the memoised grammars and translations of this process."""
-    with _LOCK:
-        _LOGIC_CACHE.clear()
-        _SAS_CACHE.clear()
-        _PARSE_CACHE.clear()

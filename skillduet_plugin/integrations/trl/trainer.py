@@ -31,7 +31,7 @@ from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.rollout.collector import to_trajectory
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
 
 

@@ -23,7 +23,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, EXTRA_KEY
 from skillduet_plugin.integrations.verl.settings import EnvSettings, settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import client_for
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import Episode, EpisodeEngine, Generation, StudentFn, episode_record
 from skillduet_plugin.skills.inject import global_messages
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens

@@ -9,7 +9,7 @@ teacher is the current actor weights (theta_old) under the longer prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -25,7 +25,6 @@ class TeacherPlan:
     contexts: list[list[int]]
     responses: list[list[int]]
     has_skill: list[bool]
-    skill_ids: list[str | None] = field(default_factory=list)
 
     @property
     def num_supervised(self) -> int:
@@ -48,7 +47,6 @@ def plan_teacher_batch(student_prompts: Sequence[Sequence[int]], responses: Sequ
         raise ValueError(f"{len(student_prompts)} prompts but {len(responses)} responses")
     contexts = [list(map(int, p)) for p in student_prompts]
     has_skill = [False] * len(contexts)
-    skill_ids: list[str | None] = [None] * len(contexts)
     for row, traj in trajectories:
         skill = extraction.skill_for(traj.traj_id)
         if skill is None or not traj.prompt_messages:
@@ -61,9 +59,7 @@ def plan_teacher_batch(student_prompts: Sequence[Sequence[int]], responses: Sequ
             continue
         contexts[row] = ids
         has_skill[row] = True
-        skill_ids[row] = skill.skill_id
-    return TeacherPlan(contexts=contexts, responses=[list(map(int, r)) for r in responses], has_skill=has_skill,
-                       skill_ids=skill_ids)
+    return TeacherPlan(contexts=contexts, responses=[list(map(int, r)) for r in responses], has_skill=has_skill)
 
 
 def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,

@@ -105,7 +105,7 @@ class SkillDuetTrainer(PPOTrainerSync):
     def _ensure_lifecycle(self) -> None:
         if self.lifecycle is not None:
             return
-        from skillduet_plugin.rollout.conversation import ChatTokenizer
+        from skillduet_plugin.core.conversation import ChatTokenizer
 
         template_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", None) or {})
         self.chat = ChatTokenizer(self.tokenizer, template_kwargs)

@@ -3,7 +3,8 @@
 A whole episode is one training sequence: the first prompt (chat-templated, ending in the assistant header),
 then the policy's generated tokens (mask 1) and, between turns, the environment's turn tokens (the templated
 user message with the next observation and the next assistant header, mask 0). Generated tokens are kept
-verbatim (never re-tokenised), so what is trained on is exactly what was sampled.
+verbatim (never re-tokenised), so what is trained on is exactly what was sampled. It sits in ``core`` because
+rollouts, skill scoring and the warm start all lay tokens out this way (it needs no torch and no framework).
 """
 
 from __future__ import annotations

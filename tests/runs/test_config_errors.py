@@ -1,0 +1,65 @@
+"""Config errors stop `skillduet train` before any work: one line naming the field, the value and the fix, exit 2.
+
+Each case failed on the earlier code: a YAML syntax error printed a yaml.scanner traceback, a missing model folder
+a traceback, ``trl.bogus_key`` a TypeError only after the warm start and the first evaluation, and an unknown
+``skillduet.*`` key printed its ``skillduet.`` prefix in front of the message instead of in front of the key.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from skillduet_plugin.cli import main
+
+
+def _train(capsys, *argv: str) -> str:
+    """Run `skillduet train --print-config ARGV` in process; return stderr (stdout must stay empty)."""
+    rc = main(["train", *argv, "--print-config"])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert out == ""
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("skillduet train: ")
+    return err.strip()
+
+
+def test_yaml_syntax_error_is_one_line_with_file_line_and_fix(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsteps: [1, 2\nmodel: tiny\n")
+    err = _train(capsys, str(bad))
+    assert f"config file '{bad}' line " in err and "YAML syntax error" in err and "fix the YAML there" in err
+
+
+def test_trl_keys_are_checked_when_the_command_starts(capsys):
+    err = _train(capsys, "trl.bogus_key=1")
+    assert "unknown setting(s) trl.bogus_key: allowed keys of trl are " in err and "max_grad_norm" in err
+
+
+def test_missing_model_folder(capsys):
+    err = _train(capsys, "model=/nonexistent/model")
+    assert err.startswith("skillduet train: model='/nonexistent/model' is invalid: no model folder")
+    assert "tiny / tiny:<size>" in err
+
+
+def test_missing_data_folder(capsys):
+    err = _train(capsys, "data_dir=/nonexistent/data")
+    assert "data_dir='/nonexistent/data' is invalid: no such folder" in err
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("skillduet.bogus=1", "unknown setting(s) skillduet.bogus: allowed keys of skillduet are "),
+    ("skillduet.analyzer.modle=x", "unknown setting(s) skillduet.analyzer.modle: allowed keys of "
+                                   "skillduet.analyzer are "),
+    ("skillduet.analyzer.kind=gpt", "skillduet.analyzer.kind='gpt' is invalid: allowed values are offline, "),
+    ("env=atari", "env='atari' is invalid: allowed values are alfworld, toy, webshop"),
+    ("warm_start.bogus=1", "unknown setting(s) warm_start.bogus: allowed keys of warm_start are "),
+    ("nope=1", "unknown setting(s) nope: allowed keys are "),
+])
+def test_every_key_names_itself_in_place(capsys, override, needle):
+    err = _train(capsys, override)
+    assert err.startswith("skillduet train: " + needle), err
+
+
+def test_a_good_config_still_prints(capsys):
+    assert main(["train", "steps=3", "--print-config"]) == 0
+    assert "steps: 3" in capsys.readouterr().out

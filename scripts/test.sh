@@ -10,5 +10,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EX
 export TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 cd "$ROOT"
 # The layering of docs/ARCHITECTURE.md (.importlinter): an upward import fails the build before any test runs.
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" lint-imports --config "$ROOT/.importlinter"
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" lint-imports "$ROOT/.importlinter"
 exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --timeout 1500 -q "$@"

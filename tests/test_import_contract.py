@@ -14,7 +14,7 @@ LINT = Path(sys.executable).with_name("lint-imports")
 
 def _lint(package_parent: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(package_parent)}
-    return subprocess.run([str(LINT), "--config", str(ROOT / ".importlinter")], cwd=package_parent, env=env,
+    return subprocess.run([str(LINT), str(ROOT / ".importlinter")], cwd=package_parent, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -176,8 +176,12 @@ def _render_default(value: Any) -> str:
 def render_markdown(rows: Sequence[tuple[str, str, str]]) -> str:
     """The docs table of :func:`field_docs` rows."""
     lines = ["| key | default | what it sets |", "|---|---|---|"]
-    lines += [f"| `{key}` | `{default}` | {text.replace('|', '/')} |" for key, default, text in rows]
+    lines += [f"| `{key}` | `{default}` | {_md(text)} |" for key, default, text in rows]
     return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "/").replace("<", "\\<").replace(">", "\\>")
 
 
 def render_text(rows: Sequence[tuple[str, str, str]], width: int = 100) -> str:

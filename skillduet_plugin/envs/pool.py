@@ -30,7 +30,10 @@ class StepResult:
     error: str | None = None
 
 
-def _load_factory(target: str) -> Callable[..., Any]:
+def _load_factory(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    """The factory itself (in process) or the one a ``"module:function"`` string names (in a spawned worker)."""
+    if callable(target):
+        return target
     module_name, _, attr = target.partition(":")
     return getattr(importlib.import_module(module_name), attr)
 
@@ -38,7 +41,7 @@ def _load_factory(target: str) -> Callable[..., Any]:
 class _EpisodeRunner:
     """Holds the env instances of the episodes one process serves; env instances are reused across batches."""
 
-    def __init__(self, target: str, env_kwargs: dict[str, Any]) -> None:
+    def __init__(self, target: str | Callable[..., Any], env_kwargs: dict[str, Any]) -> None:
         self._factory = _load_factory(target)
         self._env_kwargs = env_kwargs
         self._slots: list[Any] = []
@@ -155,7 +158,7 @@ class EnvPool:
         self._env_kwargs.setdefault("split", "train")
         self._ctx = mp.get_context(mp_context) if num_workers else None
         self._workers: list[_Worker] = [self._spawn() for _ in range(num_workers)]
-        self._local = _EpisodeRunner(self._target, self._env_kwargs) if num_workers == 0 else None
+        self._local = _EpisodeRunner(spec.factory, self._env_kwargs) if num_workers == 0 else None
         self._owner: list[int] = []  # episode id -> worker index
         self._last_info: list[dict[str, Any]] = []
         self._lost: dict[int, str] = {}  # episode id -> why it can no longer be stepped

@@ -327,13 +327,17 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
     return config
 
 
+def method_rows() -> list[tuple[str, str, str]]:
+    """The ``skillduet.method`` row of the settings docs (a key of the run config, not of SkillDuetConfig)."""
+    return [("skillduet.method", DEMO_SKILLDUET["method"],
+             f"the preset the other skillduet.* keys override: {', '.join(METHODS)}")]
+
+
 def settings_help() -> str:
     """Every run setting with its default and help (the epilog of ``skillduet train --help``)."""
     from skillduet_plugin.core.settings import render_text
 
-    method = [("skillduet.method", DEMO_SKILLDUET["method"], f"the preset the other skillduet.* keys override: "
-               f"{', '.join(METHODS)}")]
-    return render_text(field_docs(RunConfig) + method + field_docs(SkillDuetConfig, "skillduet."))
+    return render_text(field_docs(RunConfig) + method_rows() + field_docs(SkillDuetConfig, "skillduet."))
 
 
 def dump_yaml(data: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -39,46 +39,36 @@ CPU_SAFE_DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class SkillDuetGRPOConfig(GRPOConfig):
-    """GRPOConfig + SkillDuet.
+    """GRPOConfig + SkillDuet; each field's help text (``metadata["help"]``) is its documentation."""
 
-    Attributes:
-        skillduet: the method settings (see ``SkillDuetConfig``), e.g. ``{"opd_coef": 0.1, "selector": "strength"}``
-            or ``preset("grpo").to_dict()``; validated here, available as :attr:`skillduet_config`.
-        env_name: registered environment (``alfworld``, ``webshop``, ``toy`` or one added with
-            ``envs.register_env``).
-        env_kwargs: keywords for the environment factory (``envs.make(env_name, **env_kwargs)``).
-        env_workers: environment worker processes; 0 runs the environments in the trainer process.
-        max_turns: policy turns per episode at most.
-        max_new_tokens_per_turn: generated tokens per policy turn at most.
-        max_total_tokens: prompt + completion tokens per episode at most (None: the model's
-            ``max_position_embeddings``). The completion (policy and environment tokens) is further capped by
-            ``max_completion_length``.
-        invalid_action_penalty: subtracted from an episode's reward per turn whose response did not parse to an
-            admissible action.
-        reward_scale: the environment reward is multiplied by this before the penalty.
-        teacher_at: ``generation`` computes the OPD teacher log-probs once per rollout batch (cheapest);
-            ``loss`` recomputes them with the live model in every loss call (fresh when ``num_iterations > 1``).
-        skill_bank_dir: folder of the skill bank (default: ``output_dir``).
-        logprob_token_budget: padded tokens per forward when scoring skills.
-        action_selection: ``generate`` (default) samples each turn freely; ``choose`` is constrained selection
-            among the environment's admissible actions (``rollout.choice``: each action's response is scored
-            by the policy and one is drawn from the softmax of the sums at ``temperature``), used by the CPU
-            demo's tiny model. The chosen tokens are trained on exactly as generated ones.
-    """
-
-    skillduet: dict[str, Any] | None = field(default=None, metadata={"help": "SkillDuet method settings."})
-    env_name: str = field(default="alfworld", metadata={"help": "registered environment name"})
-    env_kwargs: dict[str, Any] | None = field(default=None, metadata={"help": "environment factory keywords"})
-    env_workers: int = field(default=0, metadata={"help": "environment worker processes (0 = in process)"})
+    skillduet: dict[str, Any] | None = field(default=None, metadata={"help": (
+        "the method settings (SkillDuetConfig keys), e.g. {'opd_coef': 0.1, 'selector': 'strength'} or "
+        "preset('grpo').to_dict(); validated here, available as skillduet_config")})
+    env_name: str = field(default="alfworld", metadata={"help": (
+        "registered environment (alfworld, webshop, toy or one added with envs.register_env)")})
+    env_kwargs: dict[str, Any] | None = field(default=None, metadata={"help": (
+        "keywords of the environment factory (envs.make(env_name, **env_kwargs))")})
+    env_workers: int = field(default=0, metadata={"help": (
+        "environment worker processes; 0 runs the environments in the trainer process")})
     max_turns: int = field(default=30, metadata={"help": "policy turns per episode at most"})
-    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "generated tokens per turn at most"})
-    max_total_tokens: int | None = field(default=None, metadata={"help": "prompt + completion tokens at most"})
-    invalid_action_penalty: float = field(default=0.1, metadata={"help": "reward penalty per invalid action"})
-    reward_scale: float = field(default=1.0, metadata={"help": "multiplier of the environment reward"})
-    teacher_at: str = field(default="generation", metadata={"help": "generation | loss"})
-    skill_bank_dir: str | None = field(default=None, metadata={"help": "skill bank folder (default output_dir)"})
-    logprob_token_budget: int = field(default=16384, metadata={"help": "padded tokens per scoring forward"})
-    action_selection: str = field(default="generate", metadata={"help": "generate | choose (admissible actions)"})
+    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "generated tokens per policy turn at most"})
+    max_total_tokens: int | None = field(default=None, metadata={"help": (
+        "prompt + completion tokens per episode at most (None: the model's max_position_embeddings); the "
+        "completion (policy and environment tokens) is further capped by max_completion_length")})
+    invalid_action_penalty: float = field(default=0.1, metadata={"help": (
+        "subtracted from an episode's reward per turn whose response did not parse to an admissible action")})
+    reward_scale: float = field(default=1.0, metadata={"help": (
+        "the environment reward is multiplied by this before the penalty")})
+    teacher_at: str = field(default="generation", metadata={"help": (
+        "generation computes the OPD teacher log-probs once per rollout batch (cheapest); loss recomputes them "
+        "with the live model in every loss call (fresh when num_iterations > 1)")})
+    skill_bank_dir: str | None = field(default=None, metadata={"help": "folder of the skill bank (default: output_dir)"})
+    logprob_token_budget: int = field(default=16384, metadata={"help": "padded tokens per forward when scoring skills"})
+    action_selection: str = field(default="generate", metadata={"help": (
+        "generate samples each turn freely; choose is constrained selection among the environment's admissible "
+        "actions (rollout.choice: each action's response is scored by the policy and one is drawn from the "
+        "softmax of the sums at temperature), used by the CPU demo's tiny model; the chosen tokens are trained "
+        "on exactly as generated ones")})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,0 +1,100 @@
+"""The config language (one check helper, one unknown-key check, help from field metadata) and the registries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from skillduet_plugin.core.registry import Registry, UnknownNameError
+from skillduet_plugin.core.settings import (ConfigError, check, check_keys, field_docs, render_markdown, setting,
+                                            validate_fields)
+
+
+@pytest.mark.parametrize("value,kw,message", [
+    (0, {"kind": "int", "lo": 1}, "n=0 is invalid: expected an integer >= 1"),
+    (2.5, {"kind": "int", "lo": 1}, "n=2.5 is invalid: expected an integer >= 1"),
+    (True, {"lo": 0}, "n=True is invalid: expected a number >= 0"),
+    (float("nan"), {"lo": 0}, "n=nan is invalid: expected a finite number >= 0"),
+    (1.5, {"lo": 0, "hi": 1, "lo_open": True}, "n=1.5 is invalid: expected a number in (0, 1]"),
+    ("x", {"choices": ("a", "b")}, "n='x' is invalid: allowed values are a, b"),
+    ("yes", {"kind": "bool"}, "n='yes' is invalid: expected true or false"),
+    ([], {"kind": "mapping"}, "n=[] is invalid: expected a mapping of key: value settings"),
+    (3, {"kind": "int", "hi": 2, "fix": "keep it small"}, "n=3 is invalid: keep it small"),
+])
+def test_check_names_field_value_and_fix(value, kw, message):
+    with pytest.raises(ConfigError) as err:
+        check("n", value, **kw)
+    assert str(err.value) == message
+
+
+def test_check_accepts_good_values_and_optional_none():
+    check("n", 1, kind="int", lo=1)
+    check("n", 1.0, kind="int", lo=1)
+    check("n", None, kind="int", lo=1, optional=True)
+    check("n", "b", choices=("a", "b"))
+
+
+@dataclass
+class _Inner:
+    depth: int = setting(1, "how deep", kind="int", lo=0)
+
+
+@dataclass
+class _Outer:
+    rate: float = setting(0.5, "a rate", lo=0, hi=1)
+    inner: _Inner = setting(help="nested", default_factory=_Inner)
+
+
+def test_fields_declare_help_and_constraint_once():
+    validate_fields(_Outer())
+    with pytest.raises(ConfigError, match=r"^outer.rate=2 is invalid: expected a number in \[0, 1\]$"):
+        validate_fields(_Outer(rate=2), "outer.")
+    assert field_docs(_Outer) == [("rate", "0.5", "a rate"), ("inner.depth", "1", "how deep")]
+    assert "| `inner.depth` | `1` | how deep |" in render_markdown(field_docs(_Outer))
+
+
+def test_errors_move_under_a_section_prefix():
+    with pytest.raises(ConfigError) as err:
+        check_keys("analyzer", {"modle": 1, "kind": 2}, ["kind", "model"])
+    assert str(err.value) == "unknown setting(s) analyzer.modle: allowed keys of analyzer are kind, model"
+    assert str(err.value.under("skillduet")) == ("unknown setting(s) skillduet.analyzer.modle: allowed keys of "
+                                                 "skillduet.analyzer are kind, model")
+    with pytest.raises(ConfigError) as err:
+        check("keep_ratio", 2, lo=0, hi=1)
+    assert str(err.value.under("skillduet")) == "skillduet.keep_ratio=2 is invalid: expected a number in [0, 1]"
+
+
+def test_registry_decorator_lookup_and_error_listing_names():
+    reg: Registry[object] = Registry("widget", "widgets")
+
+    @reg.register("b")
+    def make_b():
+        return "b"
+
+    reg.register("a", lambda: "a")
+    assert reg.get("b") is make_b and reg.names() == ["a", "b"] and "a" in reg
+    with pytest.raises(UnknownNameError) as err:
+        reg.get("c")
+    assert str(err.value) == "widget='c' is invalid: registered widgets are a, b"
+    assert isinstance(err.value, KeyError) and isinstance(err.value, ConfigError)
+    with pytest.raises(ConfigError, match="already registered"):
+        reg.register("a", lambda: "other")
+
+
+def test_registry_discovers_on_first_lookup():
+    calls = []
+    reg: Registry[str] = Registry("thing", "things", discover=lambda: calls.append(reg.register("x", "X")))
+    assert calls == []
+    assert reg.get("x") == "X" and len(calls) == 1
+    reg.names()
+    assert len(calls) == 1
+
+
+def test_backend_registry_lists_its_kinds():
+    from skillduet_plugin.llm import BACKENDS, BackendConfig, make_backend
+
+    assert BACKENDS.names() == ["offline", "openai", "transformers"]
+    with pytest.raises(ConfigError, match="analyzer.kind='vllm' is invalid: allowed values are offline, openai, "
+                                          "transformers"):
+        make_backend(BackendConfig(kind="vllm"))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="a run directory (uses final_model/ and skill_bank.sqlite) or a model folder")
-    parser.add_argument("--env", choices=("alfworld", "webshop"), default=None,
-                        help="environment (default: the run's; alfworld for a bare model)")
+    parser.add_argument("--env", default=None,
+                        help="a registered environment (default: the run's; alfworld for a bare model)")
     parser.add_argument("--panel", default=None,
                         help="panel split: valid_unseen | valid_seen (ALFWorld), test (WebShop); default: the run's")
     parser.add_argument("--limit", type=int, default=0, help="first N panel tasks, round-robin over types (0: all)")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import yaml
 
-    from skillduet_plugin.config import ConfigError
+    from skillduet_plugin.core.settings import check
     from skillduet_plugin.runs.config import RunConfig, load_run_config
     from skillduet_plugin.runs.evaluate import CONDITIONS, evaluate_panel, format_table
     from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
@@ -82,11 +82,9 @@ def _run(args: argparse.Namespace) -> int:
         changes["max_turns"] = args.max_turns
     config = RunConfig.from_dict({**config.to_dict(), **changes})
     conditions = tuple(c.strip() for c in args.conditions.split(",") if c.strip())
-    bad = [c for c in conditions if c not in CONDITIONS]
-    if bad:
-        raise ConfigError(f"--conditions={args.conditions!r} is invalid: allowed values are {', '.join(CONDITIONS)}")
-    if args.limit < 0:
-        raise ConfigError(f"--limit={args.limit} is invalid: expected 0 (all) or a positive count")
+    for condition in conditions:
+        check("--conditions", condition, choices=CONDITIONS)
+    check("--limit", args.limit, kind="int", lo=0, fix="expected 0 (all) or a positive count")
 
     set_threads(config)
     model, tokenizer = load_model(model_dir, config)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from skillduet_plugin.core.names import OPD_AGGREGATIONS
+from skillduet_plugin.core.settings import check
 
 
 def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,
@@ -41,8 +42,7 @@ def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,
 def opd_numerator(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
     """The sum that :func:`aggregate` divides: ``sum(M*x)`` for ``token-mean``, else the sum of per-sequence
     values (token mean or token sum) over sequences. Split batches add these up before one division."""
-    if agg not in OPD_AGGREGATIONS:
-        raise ValueError(f"agg={agg!r} is invalid: allowed values are {', '.join(OPD_AGGREGATIONS)}")
+    check("agg", agg, choices=OPD_AGGREGATIONS)
     m = mask.to(per_token.dtype)
     if agg == "token-mean":
         return (per_token * m).sum()
@@ -56,8 +56,7 @@ def opd_denominator(mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor
     """What :func:`aggregate` divides by: supervised tokens (``token-mean``) or sequences with at least one
     supervised token (the ``seq-mean-*`` modes), as a float32 scalar. Summed over micro-batches and ranks it
     gives the one denominator of Eq. 1 over a whole batch."""
-    if agg not in OPD_AGGREGATIONS:
-        raise ValueError(f"agg={agg!r} is invalid: allowed values are {', '.join(OPD_AGGREGATIONS)}")
+    check("agg", agg, choices=OPD_AGGREGATIONS)
     m = mask.float()
     return m.sum() if agg == "token-mean" else (m.sum(dim=-1) > 0).float().sum()
 

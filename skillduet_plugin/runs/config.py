@@ -156,9 +156,8 @@ class RunConfig:
     def check_resources(self) -> None:
         """What only the machine can tell, checked when a command starts (not when a saved config is read):
         the model folder and the data folder exist, and every ``trl.*`` key is a GRPOConfig field."""
-        if not self.is_tiny and not (Path(self.model).expanduser() / "config.json").is_file():
-            invalid("model", self.model, "no model folder with a config.json there: pass a local model folder "
-                    "(e.g. from `skillduet models smollm2 DIR`) or tiny / tiny:<size>")
+        if not self.is_tiny:
+            check_model_folder(self.model)
         if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
             invalid("data_dir", self.data_dir, "no such folder: pass the benchmark data folder, or null for "
                     "generated data")
@@ -166,6 +165,11 @@ class RunConfig:
             from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 
             check_keys("trl", self.trl, SkillDuetGRPOConfig)
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                invalid("device", self.device, "no CUDA device is visible: use device=auto or cpu")
 
     # ------------------------------------------------------------------ derived settings
     @property
@@ -220,6 +224,15 @@ class RunConfig:
         data = dict(data or {})
         check_keys("", data, cls)
         return cls(**data)
+
+
+def check_model_folder(model: str) -> Path:
+    """The resolved folder of a real model (not ``tiny``); one ConfigError line when there is none."""
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        invalid("model", model, "no model folder with a config.json there: pass a local model folder (e.g. from "
+                "`skillduet models smollm2 DIR`) or tiny / tiny:<size>")
+    return path.resolve()
 
 
 def tiny_size(model: str) -> str:

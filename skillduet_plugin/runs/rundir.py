@@ -38,11 +38,9 @@ def resolve_model(spec: str, *, seed: int = 0) -> Path:
         size = tiny_size(spec)
         key = digest_key(tiny_key(size, seed=seed), 12)
         return build_tiny(cache_dir() / "models" / f"tiny-{size}-s{seed}-{key}", size=size, seed=seed)
-    path = Path(spec).expanduser()
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"model={spec!r} is invalid: expected a local model folder holding config.json "
-                          f"(e.g. made by `skillduet models smollm2 DIR`), or tiny / tiny:small")
-    return path.resolve()
+    from skillduet_plugin.runs.config import check_model_folder
+
+    return check_model_folder(spec)
 
 
 @dataclass

@@ -12,6 +12,8 @@ import random
 import re
 from pathlib import Path
 
+from skillduet_plugin.core.settings import check
+
 CHATML_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -158,8 +160,7 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    if size not in SIZES:
-        raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")
+    check("size", size, choices=tuple(SIZES))
     torch.manual_seed(seed)
     config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=max_position_embeddings,
                          tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,

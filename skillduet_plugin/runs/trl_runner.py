@@ -28,11 +28,7 @@ def device_settings(config: RunConfig) -> dict[str, Any]:
     """GRPOConfig keywords for the device: bf16 on CUDA when available, CPU-safe fp32 settings otherwise."""
     import torch
 
-    cuda = torch.cuda.is_available() and config.device != "cpu"
-    if config.device == "cuda" and not torch.cuda.is_available():
-        from skillduet_plugin.config import ConfigError
-
-        raise ConfigError("device='cuda' is invalid: no CUDA device is visible (use device=auto or cpu)")
+    cuda = torch.cuda.is_available() and config.device != "cpu"  # device=cuda without CUDA: refused at load
     bf16 = cuda and (config.precision in ("auto", "bf16")) and torch.cuda.is_bf16_supported()
     settings: dict[str, Any] = {"bf16": bool(bf16), "fp16": False, "use_cpu": not cuda,
                                 "gradient_checkpointing": False, "use_vllm": False,

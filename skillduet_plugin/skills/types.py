@@ -13,6 +13,8 @@ import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from skillduet_plugin.core.settings import check
+
 SKILL_KINDS = ("shared", "procedure", "correction", "global")
 
 
@@ -104,8 +106,7 @@ class Skill:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in SKILL_KINDS:
-            raise ValueError(f"Skill.kind={self.kind!r} is invalid: allowed values are {', '.join(SKILL_KINDS)}")
+        check("Skill.kind", self.kind, choices=SKILL_KINDS)
         self.source_traj_ids = tuple(self.source_traj_ids)
         if not self.skill_id:
             self.skill_id = skill_fingerprint(self.text, self.scope)

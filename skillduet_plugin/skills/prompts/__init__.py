@@ -5,14 +5,15 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
+from skillduet_plugin.core.settings import check
+
 TEMPLATE_NAMES = ("local_pair", "local_procedure", "local_correction", "synthesize", "compress")
 
 
 @lru_cache(maxsize=None)
 def load_template(name: str) -> str:
     """The text of ``prompts/<name>.md``; placeholders are ``{{field}}``."""
-    if name not in TEMPLATE_NAMES:
-        raise ValueError(f"template name={name!r} is invalid: allowed values are {', '.join(TEMPLATE_NAMES)}")
+    check("template name", name, choices=TEMPLATE_NAMES)
     return resources.files(__name__).joinpath(f"{name}.md").read_text(encoding="utf-8")
 
 

@@ -39,8 +39,8 @@ class EnvSpec:
             admissible strings, and ``action_selection=auto`` generates instead of choosing.
         offline_rules: ``"module:attr"`` of the offline analyzer's rules (``pair``, ``local_procedure``,
             ``correction``); None uses the generic rules.
-        experts: the warm start's expert kinds, the default first; empty: no warm start.
-        make_expert: ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``.
+        make_expert: the warm start's expert, ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``
+            (``kind`` is ``warm_start.expert``); None: no warm start for this env.
         default_panel: the evaluation split when a run names none.
         limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
         choose_kwargs: factory keywords added when the policy chooses among admissible actions (``choose`` mode).
@@ -60,7 +60,6 @@ class EnvSpec:
     project_action: Callable[..., tuple[str, bool]] | None = None
     free_text_actions: bool = False
     offline_rules: str | None = None
-    experts: tuple[str, ...] = ()
     make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
     default_panel: str = "test"
     limit_keyword: str | None = None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
 
 CONDITIONS = ("none", "neutral", "learned")
@@ -123,7 +124,7 @@ def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
               "invalid_action_rate": sum(ep.invalid_actions for ep in episodes) /
               max(1, sum(ep.num_turns for ep in episodes)),
               "turns": sum(ep.num_turns for ep in episodes) / n}
-    if env_name == "webshop":
+    if not env_spec(env_name).per_type_report:
         result.pop("per_type_n")
     return result
 
@@ -192,16 +193,19 @@ def _globals(lifecycle: Any) -> list[Any]:
 
 
 def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str:
-    """A Markdown table: one row per condition; ALFWorld columns are the task types, ALL and Avg (%),
-    WebShop's are Score and Succ. (%)."""
+    """A Markdown table: one row per condition; the columns are the task types, ALL and Avg (%) (ALFWorld), or
+    Score and Succ. (%) for environments that register ``per_type_report=False`` (WebShop)."""
+    spec = env_spec(env_name)
     rows = results.get("conditions", {})
     lines = [f"### {title}", ""] if title else []
-    if env_name == "webshop":
+    if not spec.per_type_report:
         lines += ["| Global | Score | Succ. |", "|---|---|---|"]
         for mode, r in rows.items():
             lines.append(f"| {CONDITION_LABELS[mode]} | {100 * r['score']:.2f} | {100 * r['success']:.2f} |")
     else:
-        types = sorted({t for r in rows.values() for t in r.get("per_type", {})}, key=_type_order)
+        order = spec.scope_order
+        types = sorted({t for r in rows.values() for t in r.get("per_type", {})},
+                       key=lambda t: (order.index(t), t) if t in order else (len(order), t))
         lines += ["| Global | " + " | ".join(types + ["ALL", "Avg"]) + " |",
                   "|---|" + "---|" * (len(types) + 2)]
         for mode, r in rows.items():
@@ -213,11 +217,6 @@ def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str
     lines.append(f"\nPanel: {results.get('panel', '?')}, {results.get('panel_size', '?')} tasks, "
                  f"{results.get('decoding', 'greedy')} decoding.")
     return "\n".join(lines) + "\n"
-
-
-def _type_order(t: str) -> tuple[int, str]:
-    order = ("pick", "look", "clean", "heat", "cool", "pick2")
-    return (order.index(t), t) if t in order else (len(order), t)
 
 
 def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[str], bank_path: Any, *,

@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.core.settings import check
+from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.runs.config import EXPERTS
 
@@ -52,61 +53,17 @@ ExpertFn = Callable[[str, dict[str, Any], int], str]
 
 
 def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0) -> ExpertFn:
-    """``expert(obs, info, turn) -> action`` for one episode of one task.
+    """``expert(obs, info, turn) -> action`` for one episode of one task: the expert the environment registers
+    (``make_expert`` of ``register_env``; ALFWorld: searching expert or walkthrough, WebShop: searching or
+    goal-directed shopper)."""
+    from skillduet_plugin.envs.registry import env_spec
 
-    ALFWorld: with ``kind="search"`` the env's searching expert (it does not know where the target is, so it
-    visits receptacles in a ``seed``-dependent order), for task variants it does not play and with
-    ``kind="walkthrough"`` the game's stored walkthrough. WebShop: with ``kind="search"`` the env's searching
-    shopper (``envs.webshop.expert``, reads the instruction only), with ``kind="walkthrough"`` a goal-directed
-    shopper (search the product query, open the goal product, pick its goal options, buy).
-    """
-    if kind not in EXPERTS:
-        raise ValueError(f"kind={kind!r} is invalid: allowed values are {', '.join(EXPERTS)}")
-    finder = getattr(env, "searching_expert", None)
-    if kind == "search" and callable(finder):
-        expert = finder(task_id, seed)
-        if expert is not None:
-            return expert
-    if hasattr(env, "walkthrough"):
-        actions = list(env.walkthrough(task_id))
-        if not actions:
-            raise ValueError(f"task {task_id!r} has no expert walkthrough: warm start needs games that carry "
-                             f"one (set warm_start.enabled=false to skip it)")
-        return lambda obs, info, turn: actions[turn] if turn < len(actions) else "look"
-    if hasattr(env, "goal"):
-        goal = env.goal(task_id)
-        return _shopper(goal)
-    raise TypeError(f"{type(env).__name__} has neither walkthrough(task_id) nor goal(task_id): warm start cannot "
-                    f"make expert episodes for it (set warm_start.enabled=false)")
-
-
-def _shopper(goal: dict[str, Any]) -> ExpertFn:
-    """Search the goal's product query (short: it must fit one turn's token budget), page to the goal product,
-    open it, click its goal options, buy."""
-    asin = str(goal.get("asin", "")).lower()
-    raw_options = goal.get("goal_options") or []
-    options = [str(v).lower() for v in (raw_options.values() if isinstance(raw_options, dict) else raw_options)]
-    query = str(goal.get("query") or goal.get("instruction_text") or goal.get("instruction") or "").strip()
-    chosen: set[str] = set()
-
-    def act(obs: str, info: dict[str, Any], turn: int) -> str:
-        clickables = [str(a).lower() for a in info.get("admissible_actions") or []]
-        clickables = [a[6:-1] if a.startswith("click[") and a.endswith("]") else a for a in clickables]
-        if asin and asin in clickables:
-            return f"click[{asin}]"
-        for opt in options:
-            if opt in clickables and opt not in chosen:
-                chosen.add(opt)
-                return f"click[{opt}]"
-        if "buy now" in clickables:
-            return "click[buy now]"
-        if "next >" in clickables:
-            return "click[next >]"
-        if turn == 0 or "search" in clickables:
-            return f"search[{query}]"
-        return "click[back to search]"
-
-    return act
+    check("kind", kind, choices=EXPERTS)
+    factory = env_spec(env.name).make_expert
+    if factory is None:
+        raise TypeError(f"env {env.name!r} registers no expert: warm start cannot make expert episodes for it "
+                        f"(set warm_start.enabled=false)")
+    return factory(env, task_id, kind, seed)
 
 
 # ---------------------------------------------------------------------- episodes

@@ -115,10 +115,12 @@ def test_config_errors_name_the_field(tmp_path):
 
     with pytest.raises(ConfigError, match=r"skillduet\.selector='best'"):
         small_args(tmp_path, skillduet={"selector": "best"})
-    with pytest.raises(ConfigError, match="skillduet.*unknown SkillDuet setting.*opd_lambda"):
+    with pytest.raises(ConfigError, match=r"^unknown setting\(s\) skillduet\.opd_lambda: allowed keys of skillduet "):
         small_args(tmp_path, skillduet={"opd_lambda": 0.1})
     with pytest.raises(ConfigError, match="teacher_at='later'"):
         small_args(tmp_path, teacher_at="later")
+    with pytest.raises(ConfigError, match="env_name='atari' is invalid: allowed values are alfworld, toy, webshop"):
+        small_args(tmp_path, env_name="atari")
     with pytest.raises(ConfigError, match="max_turns=0"):
         small_args(tmp_path, max_turns=0)
     with pytest.raises(ConfigError, match="invalid_action_penalty=-1"):

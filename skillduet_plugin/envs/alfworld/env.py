@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skillduet_plugin.envs.alfworld import prompts
+from skillduet_plugin.envs.alfworld import expert, prompts
 from skillduet_plugin.envs.alfworld.engine import EngineSession, user_alfworld_data
 from skillduet_plugin.envs.alfworld.tasks import (
     GAME_FILE,
@@ -135,7 +135,7 @@ class AlfworldEnv(TextEnv):
 
 
 @register_env("alfworld", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
-              offline_rules="skillduet_plugin.llm.offline_alfworld:RULES", experts=("search", "walkthrough"),
+              offline_rules="skillduet_plugin.llm.offline_alfworld:RULES", make_expert=expert.make_expert,
               default_panel="valid_unseen", limit_keyword="max_tasks", scope_order=SCOPES)
 def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train", *, max_steps: int = 50,
                   tasks: list[str] | None = None, max_tasks: int | None = None,

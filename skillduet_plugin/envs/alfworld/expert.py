@@ -197,3 +197,19 @@ def searching_expert(task_id: str, seed: int = 0) -> SearchingExpert | None:
 
 
 __all__ = ["LAMPS", "PROCESS", "SearchingExpert", "TaskParams", "searching_expert", "task_params"]
+
+
+def make_expert(env: Any, task_id: str, kind: str = "search", seed: int = 0):
+    """The warm start's expert for one ALFWorld episode (registered with the env): with ``kind="search"`` the
+    env's searching expert (it visits receptacles in a ``seed``-dependent order); for task variants it does not
+    play, and with ``kind="walkthrough"``, the game's stored walkthrough."""
+    finder = getattr(env, "searching_expert", None)
+    if kind == "search" and callable(finder):
+        expert = finder(task_id, seed)
+        if expert is not None:
+            return expert
+    actions = list(env.walkthrough(task_id))
+    if not actions:
+        raise ValueError(f"task {task_id!r} has no expert walkthrough: warm start needs games that carry one "
+                         f"(set warm_start.enabled=false to skip it)")
+    return lambda obs, info, turn: actions[turn] if turn < len(actions) else "look"

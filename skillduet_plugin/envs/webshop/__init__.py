@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skillduet_plugin.envs.registry import register_env
-from skillduet_plugin.envs.webshop import prompts
+from skillduet_plugin.envs.webshop import expert, prompts
 from skillduet_plugin.envs.webshop.catalogue import (
     ATTRIBUTE_FILES, HUMAN_FILES, PRODUCT_FILES, Catalogue, find_file, load_catalogue, load_product,
 )
@@ -27,7 +27,7 @@ RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 256, "max_turns": 8, "max_total
 
 
 @register_env("webshop", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
-              format_actions=prompts.format_actions, free_text_actions=True,
+              format_actions=prompts.format_actions, free_text_actions=True, make_expert=expert.make_expert,
               offline_rules="skillduet_plugin.llm.offline_webshop:RULES", default_panel="test",
               run_defaults=RUN_DEFAULTS, per_type_report=False, choose_kwargs={"search_choices": 8})
 def make_webshop(data_dir: str | Path | None = None, split: str = "test", observation_mode: str = "text",

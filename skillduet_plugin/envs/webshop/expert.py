@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from skillduet_plugin.envs.webshop.queries import Request, candidate_queries, read_instruction
 from skillduet_plugin.envs.webshop.search import analyze
@@ -187,3 +187,46 @@ def searching_shopper(instruction: str, seed: int = 0) -> SearchingShopper:
 
 
 __all__ = ["SearchingShopper", "item_price", "item_title", "page_kind", "result_rows", "searching_shopper"]
+
+
+# ---------------------------------------------------------------------- the warm start's experts
+ExpertFn = Callable[[str, dict[str, Any], int], str]
+
+
+def make_expert(env: Any, task_id: str, kind: str = "search", seed: int = 0) -> ExpertFn:
+    """The warm start's expert for one WebShop episode (registered with the env): ``kind="search"`` the searching
+    shopper (reads the instruction only), ``kind="walkthrough"`` a shopper that goes straight to the goal product."""
+    if kind == "search":
+        expert = env.searching_expert(task_id, seed)
+        if expert is not None:
+            return expert
+    return shopper(env.goal(task_id))
+
+
+def shopper(goal: dict[str, Any]) -> ExpertFn:
+    """Search the goal's product query (short: it must fit one turn's token budget), page to the goal product,
+    open it, click its goal options, buy."""
+    asin = str(goal.get("asin", "")).lower()
+    raw_options = goal.get("goal_options") or []
+    options = [str(v).lower() for v in (raw_options.values() if isinstance(raw_options, dict) else raw_options)]
+    query = str(goal.get("query") or goal.get("instruction_text") or goal.get("instruction") or "").strip()
+    chosen: set[str] = set()
+
+    def act(obs: str, info: dict[str, Any], turn: int) -> str:
+        clickables = [str(a).lower() for a in info.get("admissible_actions") or []]
+        clickables = [a[6:-1] if a.startswith("click[") and a.endswith("]") else a for a in clickables]
+        if asin and asin in clickables:
+            return f"click[{asin}]"
+        for opt in options:
+            if opt in clickables and opt not in chosen:
+                chosen.add(opt)
+                return f"click[{opt}]"
+        if "buy now" in clickables:
+            return "click[buy now]"
+        if "next >" in clickables:
+            return "click[next >]"
+        if turn == 0 or "search" in clickables:
+            return f"search[{query}]"
+        return "click[back to search]"
+
+    return act

@@ -43,7 +43,7 @@ class SkillDuetConfig:
     extract_local: bool = setting(True, "run the analyzer each step; false (with opd_coef=0, use_global=false) is "
                                   "plain GRPO", kind="bool")
     scope: str = setting("task_type", "what a Global serves: the task type, each task, or one Global for "
-                         "everything (task and single on TRL only; verl serves task types)", choices=SCOPE_KINDS)
+                         "everything", choices=SCOPE_KINDS)
     heldout: str = setting("teacher", "which trajectories score a candidate: teacher (default) reads the "
                            "trajectories that have the candidate as OPD teacher context and did not produce it from "
                            "the teacher pass at no extra forward, plus budgeted extra forwards for candidates without "

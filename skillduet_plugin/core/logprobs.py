@@ -7,9 +7,13 @@ at response positions and in row slices, so the full ``(batch, seq, vocab)`` log
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
+
+#: ``logprob_fn(contexts, responses) -> per-token log-probs of each response``: how the skill lifecycle
+#: scores with the rollout weights (each adapter supplies one).
+LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
 
 _HEAD_ROWS = 2048  # response positions per LM-head slice
 

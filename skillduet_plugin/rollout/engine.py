@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.core.names import ACTION_SELECTIONS
+from skillduet_plugin.core.settings import check
 from skillduet_plugin.skills.types import Trajectory
-
-ACTION_SELECTIONS = ("generate", "choose")
 
 
 @dataclass
@@ -122,9 +122,7 @@ class EpisodeEngine:
             raise ValueError(f"max_turns={max_turns!r} must be >= 1")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r} must be >= 1")
-        if action_selection not in ACTION_SELECTIONS:
-            raise ValueError(f"action_selection={action_selection!r} is invalid: allowed values are "
-                             f"{', '.join(ACTION_SELECTIONS)}")
+        check("action_selection", action_selection, choices=ACTION_SELECTIONS)
         from skillduet_plugin.skills.lifecycle import resolve_scope
 
         resolve_scope(scope, task_type="", task_id="")  # a bad scope fails here, before any episode runs

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.logprobs import LogprobFn
 from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
@@ -32,9 +33,6 @@ from skillduet_plugin.skills.teacher_scoring import (ScoringPlan, plan_scoring, 
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill, Trajectory
 
 logger = logging.getLogger(__name__)
-
-# logprob_fn(contexts, responses) -> one float32 tensor of per-token log-probs per response
-LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
 
 SINGLE_SCOPE = "all"
 #: bank meta key holding the lifecycle's metric counters as of the last snapshot

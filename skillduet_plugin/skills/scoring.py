@@ -18,11 +18,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from skillduet_plugin.core.logprobs import pad_logprobs
+from skillduet_plugin.core.logprobs import LogprobFn, pad_logprobs
 from skillduet_plugin.core.scores import contrast, response_shift, strength, utility
 from skillduet_plugin.skills.types import Skill, Trajectory
 
-LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
 ContextFn = Callable[[Trajectory, Skill | None], list[int]]
 # selector(shifts, advantages, successes) -> the candidate's score (None: undefined, ranks last)
 SelectorFn = Callable[[Sequence[float], Sequence[float], Sequence[bool]], "float | None"]

@@ -7,7 +7,7 @@ import pytest
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import (EpisodeEngine, Generation, episode_from_record, episode_record,
                                              to_trajectory)
-from skillduet_plugin.rollout.toy import ToyEnv, toy_rollout_kwargs
+from skillduet_plugin.envs.toy import ToyEnv
 
 
 @pytest.fixture()
@@ -16,7 +16,7 @@ def chat(tiny_tokenizer):
 
 
 def _engine(chat, **kw):
-    args = dict(max_turns=3, max_new_tokens=32, max_total_tokens=4096, **toy_rollout_kwargs())
+    args = dict(max_turns=3, max_new_tokens=32, max_total_tokens=4096)
     args.update(kw)
     return EpisodeEngine("toy", chat, **args)
 

@@ -108,7 +108,7 @@ class FakeGlobals:
         return self.lookup(scope) if self.lookup is not None else GlobalSkills(scope=scope, version=3, text=self.text)
 
 
-TOY = "skillduet_plugin.rollout.toy"
+TOY = "skillduet_plugin.envs.toy"
 
 
 def toy_agent_config(*overrides: str):

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("verl")
 
 from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
-from skillduet_plugin.rollout.toy import toy_initial_messages, toy_turn_message  # noqa: E402
+from skillduet_plugin.envs.toy import toy_initial_messages, toy_turn_message  # noqa: E402
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections  # noqa: E402
 from fakes import FakeGlobals, FakeServer, run_agent_loop, toy_agent_config  # noqa: E402
 

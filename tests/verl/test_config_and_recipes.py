@@ -57,9 +57,7 @@ def test_verl_errors_name_the_full_key_and_refuse_what_verl_ignores():
         parse_settings({"bogus": 1})
     with pytest.raises(ConfigError, match=r"^unknown setting\(s\) skillduet.env.turns: allowed keys of skillduet.env"):
         parse_settings({"env": {"turns": 3}})
-    # verl served task-type Globals and aggregated OPD like the PPO loss whatever these said; now it says so
-    with pytest.raises(ConfigError, match="skillduet.scope='task' is invalid: verl serves one Global per task type"):
-        parse_settings({"scope": "task"})
+    # verl aggregated OPD like the PPO loss whatever opd_agg said; now it says so
     with pytest.raises(ConfigError, match="skillduet.opd_agg='seq-mean-token-sum' is invalid: .*loss_agg_mode"):
         parse_settings({"opd_agg": "seq-mean-token-sum"})
 

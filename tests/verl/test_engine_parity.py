@@ -16,7 +16,7 @@ from skillduet_plugin.config import SkillDuetConfig  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import build_trajectories  # noqa: E402
 from skillduet_plugin.rollout.collector import Generation, run_episodes, to_trajectory  # noqa: E402
 from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
-from skillduet_plugin.rollout.toy import ToyPool, toy_rollout_kwargs  # noqa: E402
+from skillduet_plugin.testing.toy_pool import ToyPool  # noqa: E402
 from skillduet_plugin.skills.bank import SkillBank  # noqa: E402
 from skillduet_plugin.skills.extract import plan_jobs  # noqa: E402
 from skillduet_plugin.skills.lifecycle import SkillLifecycle  # noqa: E402
@@ -53,7 +53,7 @@ def _trl_trajectory(chat, lifecycle):
 
     (ep,) = run_episodes(["toy-3"], env_name="toy", pool=ToyPool(), generate_fn=generate, chat=chat,
                          lifecycle=lifecycle, max_turns=3, max_new_tokens=64, max_total_tokens=1 << 20,
-                         max_completion_tokens=400, **toy_rollout_kwargs())
+                         max_completion_tokens=400)
     return to_trajectory(ep, step=1, traj_id="1-toy-3-0")
 
 

@@ -106,9 +106,6 @@ def parse_settings(section: Any) -> VerlSettings:
     except ConfigError as err:
         raise err.under("skillduet") from None
     # What the verl adapter does not implement is refused, not silently ignored.
-    if method.scope != "task_type":
-        invalid("skillduet.scope", method.scope, "verl serves one Global per task type: use scope=task_type "
-                "(task and single scopes run on the TRL adapter)")
     if method.opd_agg != "token-mean":
         invalid("skillduet.opd_agg", method.opd_agg, "on verl the OPD term is aggregated like the PPO loss: set "
                 "actor_rollout_ref.actor.loss_agg_mode instead")

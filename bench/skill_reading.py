@@ -83,7 +83,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from skillduet_plugin.rollout.conversation import ChatTokenizer
+    from skillduet_plugin.core.conversation import ChatTokenizer
     from skillduet_plugin.runs.config import load_run_config
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import cache_dir, resolve_model

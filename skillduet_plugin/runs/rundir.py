@@ -31,7 +31,7 @@ def resolve_model(spec: str, *, seed: int = 0) -> Path:
     must be an existing local folder (nothing is downloaded). A tiny build's folder is named by its key, so
     builds of different code versions sharing one cache never replace each other."""
     if spec.startswith("tiny"):
-        from skillduet_plugin.artefacts import digest_key
+        from skillduet_plugin.core.artefacts import digest_key
         from skillduet_plugin.runs.config import tiny_size
         from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
 

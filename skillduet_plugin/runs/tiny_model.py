@@ -172,7 +172,7 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
 
 
 # The code whose output a tiny build is: its key names it, so an edit rebuilds instead of reusing a stale build.
-BUILD_CODE = ("skillduet_plugin.testing.tiny", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice")
+BUILD_CODE = ("skillduet_plugin.runs.tiny_model", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice")
 
 
 def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0) -> dict:
@@ -181,7 +181,7 @@ def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0) -> dict:
     import torch
     import transformers
 
-    from skillduet_plugin.artefacts import code_digest
+    from skillduet_plugin.core.artefacts import code_digest
 
     return {"artefact": "tiny-model", "size": size, "vocab_size": vocab_size, "seed": seed,
             "code": code_digest(*BUILD_CODE), "torch": torch.__version__, "transformers": transformers.__version__,
@@ -195,7 +195,7 @@ def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, 
 
     An existing ``out_dir`` that is neither empty nor a tiny build is refused, so that no unrelated folder is
     replaced."""
-    from skillduet_plugin.artefacts import MARKER, building, read_marker
+    from skillduet_plugin.core.artefacts import MARKER, building, read_marker
 
     if size not in SIZES:
         raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")

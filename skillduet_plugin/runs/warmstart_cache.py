@@ -36,7 +36,7 @@ def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
     runs of one setting start from the same model."""
     import torch
 
-    from skillduet_plugin.artefacts import code_digest
+    from skillduet_plugin.core.artefacts import code_digest
 
     return {"artefact": "warm-start", "format": FORMAT_VERSION, **settings,
             "code": code_digest(*WARM_START_CODE), "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -44,7 +44,7 @@ def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
 
 def cache_key(settings: dict[str, Any]) -> str:
     """The cache folder name (16 hex) of these settings: a digest of :func:`warm_start_key`."""
-    from skillduet_plugin.artefacts import digest_key
+    from skillduet_plugin.core.artefacts import digest_key
 
     return digest_key(warm_start_key(settings))
 
@@ -52,7 +52,7 @@ def cache_key(settings: dict[str, Any]) -> str:
 def model_fingerprint(model_dir: str | Path) -> str:
     """The identity of a base model folder: the digest of its verified artefact marker (a tiny build: every
     file's sha256), else of its config and weight file sizes."""
-    from skillduet_plugin.artefacts import read_marker
+    from skillduet_plugin.core.artefacts import read_marker
 
     folder = Path(model_dir)
     marker = read_marker(folder)
@@ -75,7 +75,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     builds the training env limited to its first ``n`` tasks. Returns ``(folder, info)``; ``info`` is the
     stored summary (``cached`` tells whether it was reused).
     """
-    from skillduet_plugin.artefacts import building, read_marker
+    from skillduet_plugin.core.artefacts import building, read_marker
 
     settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
                 "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,

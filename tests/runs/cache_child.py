@@ -22,14 +22,14 @@ def started(*_args) -> None:
 
 
 def main(argv: list[str]) -> None:
-    import skillduet_plugin.artefacts as artefacts
+    import skillduet_plugin.core.artefacts as artefacts
 
     if "--die-before-publish" in argv:
         argv.remove("--die-before-publish")
         artefacts.publish = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     kind = argv[0]
     if kind == "tiny":
-        import skillduet_plugin.testing.tiny as tiny
+        import skillduet_plugin.runs.tiny_model as tiny
 
         build = tiny.build_tokenizer
         tiny.build_tokenizer = lambda **kw: (started(), build(**kw))[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skillduet_plugin.artefacts import MARKER, building, read_marker
+from skillduet_plugin.core.artefacts import MARKER, building, read_marker
 
 CHILD = Path(__file__).with_name("cache_child.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_building_publishes_only_a_finished_folder(tmp_path):
 
 
 def test_a_killed_tiny_build_is_rebuilt(tmp_path):
-    from skillduet_plugin.testing.tiny import build_tiny, tiny_key
+    from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
 
     out = tmp_path / "tiny"
     proc = _child("tiny", str(out), "--die-before-publish")

@@ -182,7 +182,7 @@ def generator_identity() -> dict[str, str]:
     """The code and engine versions generated games depend on (with the split, count and seed, their key)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from skillduet_plugin.artefacts import code_digest
+    from skillduet_plugin.core.artefacts import code_digest
 
     versions = {}
     for package in ("textworld", "alfworld"):
@@ -196,7 +196,7 @@ def generator_identity() -> dict[str, str]:
 def default_data_root(n_per_type: int | None = None, seed: int = 0) -> Path:
     """Where ``ensure_default_data`` keeps generated games: one folder per setting and generator version (so
     processes running different code never share, nor replace, each other's games)."""
-    from skillduet_plugin.artefacts import digest_key
+    from skillduet_plugin.core.artefacts import digest_key
 
     version = digest_key(generator_identity(), 12)
     if n_per_type is None and seed == 0:
@@ -211,7 +211,7 @@ def ensure_default_data(split: str = "train", n_per_type: int | None = None, see
     fsynced and renamed into place (``artefacts.building``): a generation killed midway is never used, and
     concurrent callers never see a half-written split.
     """
-    from skillduet_plugin.artefacts import building, read_marker
+    from skillduet_plugin.core.artefacts import building, read_marker
 
     root = default_data_root(n_per_type, seed)
     split_dir = root / LAYOUT_DIR / split

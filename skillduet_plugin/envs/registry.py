@@ -41,6 +41,8 @@ class EnvSpec:
             ``correction``); None uses the generic rules.
         make_expert: the warm start's expert, ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``
             (``kind`` is ``warm_start.expert``); None: no warm start for this env.
+        default_data_identity: ``() -> dict`` naming what ``data_dir=None`` loads (a data folder from the
+            environment, or the generator's version), so caches keyed on the data notice when it changes.
         default_panel: the evaluation split when a run names none.
         limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
         choose_kwargs: factory keywords added when the policy chooses among admissible actions (``choose`` mode).
@@ -61,6 +63,7 @@ class EnvSpec:
     free_text_actions: bool = False
     offline_rules: str | None = None
     make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
+    default_data_identity: Callable[[], dict[str, Any]] | None = None
     default_panel: str = "test"
     limit_keyword: str | None = None
     choose_kwargs: Mapping[str, Any] = field(default_factory=dict)

@@ -29,22 +29,9 @@ def data_identity(config: RunConfig, split: str) -> dict[str, Any]:
     ``$ALFWORLD_DATA`` folder; WebShop: the synthetic catalogue's generator version and code)."""
     kw = env_kwargs(config, split)
     identity: dict[str, Any] = {"env": config.env, **kw}
-    if kw.get("data_dir") is not None:
-        return identity
-    if config.env == "alfworld":
-        from skillduet_plugin.envs.alfworld.engine import user_alfworld_data
-
-        user = user_alfworld_data()
-        if user is not None:
-            identity["data_dir"] = str(user)
-        else:
-            from skillduet_plugin.envs.alfworld.generator import generator_identity
-
-            identity["generated"] = generator_identity()
-    elif config.env == "webshop":
-        from skillduet_plugin.envs.webshop.synthetic import catalogue_identity
-
-        identity["generated"] = catalogue_identity()
+    default_identity = env_spec(config.env).default_data_identity
+    if kw.get("data_dir") is None and default_identity is not None:
+        identity.update(default_identity())
     return identity
 
 

@@ -134,8 +134,20 @@ class AlfworldEnv(TextEnv):
         self._task_id, self._done = None, True
 
 
+def default_data_identity() -> dict[str, Any]:
+    """What ``data_dir=None`` loads, for cache keys: ``$ALFWORLD_DATA``, or the generated games (the generator's
+    code and engine versions)."""
+    user = user_alfworld_data()
+    if user is not None:
+        return {"data_dir": str(user)}
+    from skillduet_plugin.envs.alfworld.generator import generator_identity
+
+    return {"generated": generator_identity()}
+
+
 @register_env("alfworld", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
               offline_rules="skillduet_plugin.llm.offline_alfworld:RULES", make_expert=expert.make_expert,
+              default_data_identity=default_data_identity,
               default_panel="valid_unseen", limit_keyword="max_tasks", scope_order=SCOPES)
 def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train", *, max_steps: int = 50,
                   tasks: list[str] | None = None, max_tasks: int | None = None,

@@ -16,7 +16,8 @@ from skillduet_plugin.envs.webshop.catalogue import (
 )
 from skillduet_plugin.envs.webshop.env import WebShopEnv, parse_action
 from skillduet_plugin.envs.webshop.reward import get_reward, normalize_color, title_nouns
-from skillduet_plugin.envs.webshop.synthetic import ensure_default_data, generate_catalogue, write_catalogue
+from skillduet_plugin.envs.webshop.synthetic import (catalogue_identity, ensure_default_data, generate_catalogue,
+                                                     write_catalogue)
 
 
 # ``skillduet train env=webshop`` defaults: pages are long (a results page is ~1,000 tokens): fewer turns, a longer
@@ -29,7 +30,8 @@ RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 256, "max_turns": 8, "max_total
 @register_env("webshop", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
               format_actions=prompts.format_actions, free_text_actions=True, make_expert=expert.make_expert,
               offline_rules="skillduet_plugin.llm.offline_webshop:RULES", default_panel="test",
-              run_defaults=RUN_DEFAULTS, per_type_report=False, choose_kwargs={"search_choices": 8})
+              run_defaults=RUN_DEFAULTS, per_type_report=False, choose_kwargs={"search_choices": 8},
+              default_data_identity=lambda: {"generated": catalogue_identity()})
 def make_webshop(data_dir: str | Path | None = None, split: str = "test", observation_mode: str = "text",
                  num_products: int | None = None, max_steps: int = 15, human_goals: bool = False,
                  scope: str = "webshop", show_attrs: bool = False, seed: int | None = None,

@@ -10,7 +10,7 @@ import torch
 from trl_helpers import group_rows
 
 import skillduet_plugin.integrations.trl.trainer as trainer_module
-from skillduet_plugin.rollout.conversation import ChatTokenizer
+from skillduet_plugin.core.conversation import ChatTokenizer
 
 
 def _plain_logps(model, prompt, completion, temperature):

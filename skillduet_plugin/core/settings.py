@@ -11,8 +11,12 @@ This module imports nothing from the package (and nothing but the standard libra
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
+
+#: An unknown-key error lists the allowed keys when there are at most this many (else it names near misses).
+LIST_AT_MOST = 40
 
 #: ``check(kind=...)`` values: what type a value must have.
 KINDS = ("int", "number", "bool", "str", "mapping", "path")
@@ -52,11 +56,19 @@ def invalid(name: str, value: Any, fix: str) -> NoReturn:
     raise invalid_error(name, value, fix)
 
 
-def unknown_keys_error(section: str, unknown: Sequence[str], allowed: Sequence[str]) -> ConfigError:
+def unknown_keys_error(section: str, unknown: Sequence[str], allowed: Sequence[str],
+                       source: str = "its settings class") -> ConfigError:
     """``unknown setting(s) section.key: allowed keys of section are ...`` ('' section: the top level)."""
     dotted = ", ".join(f"{section}.{k}" if section else k for k in unknown)
-    return ConfigError(f"unknown setting(s) {dotted}: allowed keys{f' of {section}' if section else ''} are "
-                       f"{', '.join(sorted(allowed))}", unknown=list(unknown), section=section, allowed=allowed)
+    where = f" of {section}" if section else ""
+    if len(allowed) <= LIST_AT_MOST:
+        fix = f"allowed keys{where} are {', '.join(sorted(allowed))}"
+    else:  # a framework's config (TRL's GRPOConfig has ~200 fields): name the near misses, not the whole list
+        close = [m for k in unknown for m in difflib.get_close_matches(str(k), list(allowed), n=3)]
+        fix = (f"did you mean {', '.join(dict.fromkeys(close))}? " if close else "") + \
+            f"(the {len(allowed)} keys{where} are the fields of {source})"
+    return ConfigError(f"unknown setting(s) {dotted}: {fix}", unknown=list(unknown), section=section,
+                       allowed=allowed)
 
 
 def check(name: str, value: Any, *, kind: str | None = None, choices: Sequence[Any] | None = None,
@@ -136,7 +148,8 @@ def check_keys(section: str, data: Mapping[str, Any], known: Iterable[str] | typ
     names = {f.name for f in dataclasses.fields(known)} if isinstance(known, type) else set(known)
     unknown = sorted(str(k) for k in data if k not in names)
     if unknown:
-        raise unknown_keys_error(section, unknown, sorted(names))
+        raise unknown_keys_error(section, unknown, sorted(names),
+                                 known.__name__ if isinstance(known, type) else "its settings class")
 
 
 def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -13,7 +13,7 @@ from skillduet_plugin.envs import make  # noqa: E402
 from skillduet_plugin.envs.pool import EnvPool  # noqa: E402
 from skillduet_plugin.rollout.choice import hf_choice_fn  # noqa: E402
 from skillduet_plugin.rollout.collector import run_episodes  # noqa: E402
-from skillduet_plugin.rollout.conversation import ChatTokenizer  # noqa: E402
+from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.runs.warmstart import build_cloning_data, clone, make_expert, play_expert  # noqa: E402
 
 GAMES, GROUP, STEPS = 8, 4, 100

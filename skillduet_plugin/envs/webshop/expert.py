@@ -186,9 +186,6 @@ def searching_shopper(instruction: str, seed: int = 0) -> SearchingShopper:
     return SearchingShopper(instruction, seed)
 
 
-__all__ = ["SearchingShopper", "item_price", "item_title", "page_kind", "result_rows", "searching_shopper"]
-
-
 # ---------------------------------------------------------------------- the warm start's experts
 ExpertFn = Callable[[str, dict[str, Any], int], str]
 
@@ -230,3 +227,7 @@ def shopper(goal: dict[str, Any]) -> ExpertFn:
         return "click[back to search]"
 
     return act
+
+
+__all__ = ["SearchingShopper", "item_price", "item_title", "make_expert", "page_kind", "result_rows", "searching_shopper",
+           "shopper"]

@@ -229,5 +229,5 @@ def shopper(goal: dict[str, Any]) -> ExpertFn:
     return act
 
 
-__all__ = ["SearchingShopper", "item_price", "item_title", "make_expert", "page_kind", "result_rows", "searching_shopper",
-           "shopper"]
+__all__ = ["SearchingShopper", "item_price", "item_title", "make_expert", "page_kind", "result_rows",
+           "searching_shopper", "shopper"]

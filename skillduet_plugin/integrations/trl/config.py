@@ -62,7 +62,8 @@ class SkillDuetGRPOConfig(GRPOConfig):
     teacher_at: str = field(default="generation", metadata={"help": (
         "generation computes the OPD teacher log-probs once per rollout batch (cheapest); loss recomputes them "
         "with the live model in every loss call (fresh when num_iterations > 1)")})
-    skill_bank_dir: str | None = field(default=None, metadata={"help": "folder of the skill bank (default: output_dir)"})
+    skill_bank_dir: str | None = field(default=None,
+                                       metadata={"help": "folder of the skill bank (default: output_dir)"})
     logprob_token_budget: int = field(default=16384, metadata={"help": "padded tokens per forward when scoring skills"})
     action_selection: str = field(default="generate", metadata={"help": (
         "generate samples each turn freely; choose is constrained selection among the environment's admissible "

@@ -8,6 +8,10 @@ bash "$ROOT/scripts/setup.sh"
 . "${SKILLDUET_VENV:-$HOME/.cache/skillduet-ci/venv}/bin/activate"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1
 export TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+# One torch/OpenMP thread per pytest worker: two workers x two threads on two cores stall each other (a
+# descheduled OpenMP thread holds up every op; docs/benchmarks.md section 5 measured 4-6x). Results do not
+# depend on it (the product sets its own thread count, and 1 vs 2 threads gave bit-identical cloning losses).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 cd "$ROOT"
 # The layering of docs/ARCHITECTURE.md (.importlinter): an upward import fails the build before any test runs.
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" lint-imports "$ROOT/.importlinter"

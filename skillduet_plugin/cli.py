@@ -1,4 +1,4 @@
-"""The ``skillduet`` console script: ``skillduet train | eval | skills | score | report | tiny-model | models``.
+"""The ``skillduet`` console script: ``skillduet train | study | eval | skills | score | report | tiny-model | models``.
 
 Each subcommand lives in ``skillduet_plugin/commands/<name>.py`` with ``add_arguments(parser)`` and
 ``run(args) -> int``; only the chosen one is imported, so ``skillduet --help`` is instant.
@@ -16,6 +16,7 @@ from skillduet_plugin import __version__
 # subcommand -> (module under skillduet_plugin.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train", "run SkillDuet training (no arguments: the complete CPU demo)"),
+    "study": ("study", "GRPO vs Local-only vs SkillDuet (Random / Strength) at equal budget over seeds, with a report"),
     "eval": ("evaluate", "evaluate a run or model on a fixed panel: no Global / neutral text / learned Global"),
     "skills": ("skills", "inspect a run's skill bank: show, history, diff, export"),
     "score": ("score", "score skill texts with Strength/Utility/Contrast against a run's trajectories"),

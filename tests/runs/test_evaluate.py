@@ -73,14 +73,18 @@ def test_conditions_insert_length_matched_sections(bank_with_global, tiny_tokeni
 
 
 def test_summarize_per_type_and_avg():
-    eps = [SimpleNamespace(scope=s, won=w, score=float(w), error=None, invalid_actions=i, num_turns=4)
-           for s, w, i in [("pick", True, 0), ("pick", False, 2), ("pick", True, 0), ("look", False, 1)]]
+    eps = [SimpleNamespace(task_id=f"t{k}", scope=s, won=w, score=float(w), error=None, invalid_actions=i,
+                           num_turns=4)
+           for k, (s, w, i) in enumerate([("pick", True, 0), ("pick", False, 2), ("pick", True, 0), ("look", False, 1)])]
     r = summarize(eps, "alfworld")
     assert r["success"] == pytest.approx(0.5)
     assert r["per_type"] == {"look": 0.0, "pick": pytest.approx(2 / 3)}
     assert r["avg"] == pytest.approx((0.0 + 2 / 3) / 2)
     assert r["invalid_action_rate"] == pytest.approx(3 / 16)
     assert r["per_type_n"] == {"look": 1, "pick": 3}
+    # per-task results in panel order, for the study's bootstrap intervals
+    assert list(r["outcomes"].items()) == [("t0", 1.0), ("t1", 0.0), ("t2", 1.0), ("t3", 0.0)]
+    assert r["task_types"] == {"t0": "pick", "t1": "pick", "t2": "pick", "t3": "look"}
 
 
 def test_format_table_alfworld_and_webshop():

@@ -1,0 +1,271 @@
+"""The report of a ``skillduet study`` directory: ``report.md`` with two PNGs (learning curves; panel success
+with bootstrap intervals), built from what the runs wrote (``metrics.jsonl``, ``eval/*.json``, ``summary.json``).
+
+Panel numbers are means over seeds x panel tasks with percentile-bootstrap 95% intervals
+(:func:`reporting.stats.bootstrap_interval`); differences to GRPO are paired (same seeds, same panel). Runs that
+have not finished are listed, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from skillduet_plugin.reporting.stats import Interval, bootstrap_interval
+from skillduet_plugin.runs.plots import _pyplot, _save
+from skillduet_plugin.runs.rundir import read_metrics, step_records
+from skillduet_plugin.runs.study import (BEFORE_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
+                                         is_complete, plan, run_dir)
+
+CONDITION_ROWS = (("none", "None"), ("neutral", "Length-matched neutral"), ("learned", "Learned Global"))
+
+
+@dataclass
+class ArmData:
+    """The finished runs of one arm, seed by seed."""
+
+    arm: str
+    label: str
+    seeds: list[int] = field(default_factory=list)
+    curves: list[list[tuple[int, float]]] = field(default_factory=list)  # per seed: (step, rollout success)
+    evals: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # per seed: condition -> summary
+    rl_seconds: list[float] = field(default_factory=list)
+    eval_seconds: list[float] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list[ArmData]]:
+    """``(spec, before-RL panel results, arms)`` of a study directory."""
+    root = Path(root)
+    stored = _read(root / STUDY_FILE)
+    if not stored:
+        raise FileNotFoundError(f"{root} is not a study directory: it holds no {STUDY_FILE}")
+    spec = StudySpec(**stored["spec"])
+    use_global = {}
+    arms = {a: ArmData(a, arm_overlay(a)[0]) for a in spec.arms}
+    for r in plan(spec):
+        path = run_dir(root, r)
+        overlay = arm_overlay(r.arm)[1]
+        use_global[r.arm] = bool(overlay.get("use_global", True))
+        data = arms[r.arm]
+        if not is_complete(path, use_global[r.arm]):
+            data.missing.append(r.seed)
+            continue
+        steps = step_records(read_metrics(path))
+        data.seeds.append(r.seed)
+        data.curves.append([(int(s["step"]), float(s["success"])) for s in steps if "success" in s])
+        after = _read(path / "eval" / "after.json").get("conditions", {})
+        neutral = _read(path / "eval" / NEUTRAL_FILE).get("conditions", {})
+        data.evals.append({**after, **neutral})
+        data.rl_seconds.append(sum(float(s.get("time/step_s", 0.0)) for s in steps))
+        summary = _read(path / "summary.json")
+        data.eval_seconds.append(float(summary.get("time/eval_after_s", 0.0) or 0.0)
+                                 + sum(float(c.get("seconds", 0.0)) for c in neutral.values()))
+    return spec, _read(root / BEFORE_FILE), list(arms.values())
+
+
+# ---------------------------------------------------------------------- numbers
+def outcome_matrix(evals: Sequence[dict[str, dict[str, Any]]], condition: str = "none",
+                   task_type: str | None = None) -> list[list[float]] | None:
+    """``(seeds, tasks)`` wins under ``condition`` (tasks in the panel order of the first seed, only those of
+    ``task_type`` when given); None when a seed lacks that condition."""
+    rows, tasks = [], None
+    for ev in evals:
+        cond = ev.get(condition)
+        if not cond or "outcomes" not in cond:
+            return None
+        if tasks is None:
+            types = cond.get("task_types", {})
+            tasks = [t for t in cond["outcomes"] if task_type is None or types.get(t) == task_type]
+        rows.append([float(cond["outcomes"][t]) for t in tasks])
+    return rows if rows and tasks else None
+
+
+def _ci(matrix: list[list[float]] | None, other: list[list[float]] | None = None) -> Interval | None:
+    if matrix is None or (other is not None and (len(other) != len(matrix) or len(other[0]) != len(matrix[0]))):
+        return None
+    return bootstrap_interval(matrix, other)
+
+
+def _pct(iv: Interval | None, signed: bool = False) -> str:
+    if iv is None:
+        return "–"
+    f = "{:+.1f}" if signed else "{:.1f}"
+    return f"{f.format(100 * iv.estimate)} [{f.format(100 * iv.low)}, {f.format(100 * iv.high)}]"
+
+
+def _verdict(iv: Interval | None) -> str:
+    if iv is None:
+        return "not comparable"
+    if iv.low > 0:
+        return "above, beyond the interval"
+    if iv.high < 0:
+        return "below, beyond the interval"
+    return "no difference beyond the interval"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+           ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _tail(curve: list[tuple[int, float]], n: int = 3) -> float | None:
+    vals = [v for _, v in curve[-n:]]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+# ---------------------------------------------------------------------- plots
+def plot_curves(arms: Sequence[ArmData], out: Path) -> Path:
+    """Rollout success per step: mean over seeds (line) and min-max over seeds (band), one colour per arm."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for data in arms:
+        by_step: dict[int, list[float]] = {}
+        for curve in data.curves:
+            for step, v in curve:
+                by_step.setdefault(step, []).append(v)
+        if not by_step:
+            continue
+        xs = sorted(by_step)
+        mean = [sum(by_step[x]) / len(by_step[x]) for x in xs]
+        line, = ax.plot(xs, mean, marker="o", markersize=3, label=f"{data.label} (n={len(data.seeds)})")
+        ax.fill_between(xs, [min(by_step[x]) for x in xs], [max(by_step[x]) for x in xs],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("rollout success")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Rollout success per step (mean over seeds; band: min-max)")
+    ax.legend(fontsize=8)
+    return _save(fig, out)
+
+
+def plot_panel(rows: Sequence[tuple[str, Interval | None]], types: dict[str, list[tuple[str, Interval | None]]],
+               out: Path) -> Path:
+    """Panel success with 95% bootstrap intervals: overall per arm (left), per task type (right)."""
+    plt = _pyplot()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
+    shown = [(label, iv) for label, iv in rows if iv is not None]
+    for i, (label, iv) in enumerate(shown):
+        ax.errorbar([i], [100 * iv.estimate], yerr=[[100 * (iv.estimate - iv.low)], [100 * (iv.high - iv.estimate)]],
+                    fmt="o", capsize=4)
+    ax.set_xticks(range(len(shown)), [label for label, _ in shown], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("panel success after RL (%)")
+    ax.set_title("Panel success (95% bootstrap CI)")
+    type_names = list(types)
+    width = 0.8 / max(1, len(rows))
+    for j, (label, _) in enumerate(rows):
+        xs, ys, lo, hi = [], [], [], []
+        for k, t in enumerate(type_names):
+            iv = dict(types[t]).get(label)
+            if iv is not None:
+                xs.append(k + (j - (len(rows) - 1) / 2) * width)
+                ys.append(100 * iv.estimate)
+                lo.append(100 * (iv.estimate - iv.low))
+                hi.append(100 * (iv.high - iv.estimate))
+        if xs:
+            ax2.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=label, markersize=4)
+    ax2.set_xticks(range(len(type_names)), type_names, fontsize=8)
+    ax2.set_title("Per task type")
+    ax2.legend(fontsize=7)
+    return _save(fig, out)
+
+
+# ---------------------------------------------------------------------- the report
+def _wall_rows(arms: Sequence[ArmData]) -> list[list[str]]:
+    rows = []
+    for d in arms:
+        rl, ev = _mean(d.rl_seconds), _mean(d.eval_seconds)
+        rows.append([d.label, str(len(d.seeds)), "–" if rl is None else f"{rl:.0f}",
+                     "–" if ev is None else f"{ev:.0f}", f"{sum(d.rl_seconds) + sum(d.eval_seconds):.0f}"])
+    return rows
+
+
+def build_study_report(root: str | os.PathLike) -> Path:
+    """Write ``<root>/report.md`` (+ ``curves.png``, ``panel.png``); returns the Markdown path."""
+    root = Path(root)
+    spec, before, arms = load_study(root)
+    stored = _read(root / STUDY_FILE)
+    base = stored.get("base", {})
+    grpo = next((a for a in arms if a.arm == "grpo" and a.evals), None)
+    grpo_m = outcome_matrix(grpo.evals) if grpo else None
+    before_m = outcome_matrix([before.get("conditions", {})]) if before else None
+
+    overall = [("Before RL", _ci(before_m))] + [(a.label, _ci(outcome_matrix(a.evals))) for a in arms]
+    all_types = sorted({t for a in arms for ev in a.evals for t in ev.get("none", {}).get("per_type", {})})
+    per_type = {t: [("Before RL", _ci(outcome_matrix([before.get("conditions", {})], task_type=t)))
+                    if before else ("Before RL", None)]
+                + [(a.label, _ci(outcome_matrix(a.evals, task_type=t))) for a in arms] for t in all_types}
+    plot_curves(arms, root / "curves.png")
+    plot_panel(overall, per_type if len(all_types) > 1 else {}, root / "panel.png")
+
+    lines = [f"# SkillDuet study: {base.get('env', '?')}", "",
+             f"Written {time.strftime('%Y-%m-%d %H:%M')}. Arms: {', '.join(spec.arms)}; seeds: "
+             f"{', '.join(map(str, spec.seeds))}; {base.get('steps')} RL steps of {base.get('tasks_per_step')} tasks "
+             f"x {base.get('num_generations')} rollouts each; panel {base.get('eval_panel')} "
+             f"({(before or {}).get('panel_size', '?')} tasks, greedy); every run starts from the same warm-started "
+             f"model.", "",
+             "Reproduce: `skillduet study " + " ".join(
+                 ([spec.config] if spec.config else []) + list(spec.overrides)
+                 + [f"--methods {','.join(spec.arms)}", f"--seeds {','.join(map(str, spec.seeds))}"]
+                 + (["--quick"] if spec.quick else [])) + "`", ""]
+    missing = [f"{a.arm} seed {s}" for a in arms for s in a.missing]
+    if missing:
+        lines += [f"**Not finished** (left out of every number below): {', '.join(missing)}.", ""]
+    lines += ["## Panel success after RL", "",
+              "Mean over seeds x panel tasks, % with the 95% percentile-bootstrap interval (seeds and tasks "
+              "resampled). The difference to GRPO is paired: same seeds, same panel.", ""]
+    rows = [["Before RL (shared model)", "1", _pct(overall[0][1]), "–", "–", "–"]]
+    for a, (_, iv) in zip(arms, overall[1:]):
+        diff = _ci(outcome_matrix(a.evals), grpo_m) if grpo_m is not None and a.arm != "grpo" else None
+        tails = [t for t in (_tail(c) for c in a.curves) if t is not None]
+        avg = _mean([ev["none"]["avg"] for ev in a.evals if "none" in ev])
+        rows.append([a.label, str(len(a.seeds)), _pct(iv), "–" if avg is None else f"{100 * avg:.1f}",
+                     _pct(diff, signed=True) + ("" if diff is None else f" ({_verdict(diff)})"),
+                     "–" if not tails else f"{100 * _mean(tails):.1f}"])
+    lines += _table(["Method", "Seeds", "Success %", "Avg over types %", "vs GRPO (points)",
+                     "Rollout success, last 3 steps %"], rows) + ["", "![panel](panel.png)", ""]
+    if all_types:
+        lines += ["## Per task type", ""]
+        lines += _table(["Method"] + all_types, [[label] + [_pct(dict(per_type[t])[label]) for t in all_types]
+                                                 for label, _ in overall]) + [""]
+    lines += ["## Learning curves", "", "![curves](curves.png)", ""]
+    lines += _table3(arms)
+    lines += ["## Wall time", "", "RL: the sum of the step times in `metrics.jsonl` (resumed runs included); "
+              "eval: the after-RL panel (+ the neutral condition).", ""]
+    lines += _table(["Method", "Seeds", "RL s per run", "Eval s per run", "Total s"], _wall_rows(arms)) + [""]
+    out = root / "report.md"
+    tmp = out.with_name(f".report.md.tmp-{os.getpid()}")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, out)
+    return out
+
+
+def _table3(arms: Sequence[ArmData]) -> list[str]:
+    """The Table-3 protocol per arm that builds a Global: the same final weights under no Global, the
+    length-matched neutral text and the learned Global, with paired differences."""
+    lines = ["## Does the learned Global help? (Table-3 protocol)", "",
+             "Same final weights, same panel; only the skill section differs. % with 95% bootstrap intervals.", ""]
+    rows = []
+    for a in arms:
+        mats = {c: outcome_matrix(a.evals, c) for c, _ in CONDITION_ROWS}
+        if not a.evals or mats["learned"] is None:
+            continue
+        rows.append([a.label] + [_pct(_ci(mats[c])) for c, _ in CONDITION_ROWS]
+                    + [_pct(_ci(mats["learned"], mats["none"]), signed=True),
+                       _pct(_ci(mats["learned"], mats["neutral"]), signed=True)])
+    if not rows:
+        return lines + ["No arm has a learned Global to evaluate (or none was consolidated yet).", ""]
+    return lines + _table(["Method"] + [label for _, label in CONDITION_ROWS]
+                          + ["Learned - none", "Learned - neutral"], rows) + [""]

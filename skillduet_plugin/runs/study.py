@@ -1,0 +1,318 @@
+"""``skillduet study``: the paper's comparisons at equal budget, run by ``skillduet train``'s own pieces.
+
+One base run config (a YAML file + ``key=value`` overrides, exactly as ``skillduet train`` reads them) is
+warm-started ONCE; every arm (a method overlay: GRPO, Local-only OPD, SkillDuet with Random / Strength /
+Utility / Contrast selection, keep ratios) then trains from that same model, with the same steps, tasks,
+rollouts and panel, for each seed, through ``runs.trl_runner.run_training`` (no second training loop). The
+panel is measured once before RL (the shared model, greedy: the same for every arm and seed), after RL by each
+run, and, for arms that build a Global, also with the length-matched neutral text (Table 3 with the run's own
+"none" and "learned Global" rows).
+
+Resumable per run: a run whose ``summary.json`` (and neutral evaluation) exists is skipped; an interrupted one
+continues from its last checkpoint when ``run_training`` supports ``resume`` and a complete checkpoint exists,
+otherwise its folder is removed and it restarts from scratch. Layout of a study directory::
+
+    study.json          the spec (base config source, overrides, arms, seeds) and the resolved base config
+    shared_model/       the warm-started model every run starts from (written atomically)
+    before.json         the panel before RL
+    runs/<arm>-s<seed>/ one ``skillduet train`` run directory each (+ eval/neutral.json)
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.runs.config import RunConfig, load_run_config
+from skillduet_plugin.runs.rundir import write_json
+
+# Built-in arms: name -> (label, skillduet.* overlay). Each overlay spells out its preset's switches, so a base
+# config that sets one of them explicitly cannot turn an ablation back into the full method.
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": ("GRPO", {"method": "grpo", "opd_coef": 0.0, "use_global": False, "extract_local": False}),
+    "local_only": ("Local-only OPD", {"method": "local_only", "use_global": False, "extract_local": True}),
+    "random": ("SkillDuet (Random)", {"method": "random", "selector": "random", "use_global": True,
+                                      "extract_local": True}),
+    "strength": ("SkillDuet (Strength)", {"method": "skillduet", "selector": "strength", "use_global": True,
+                                          "extract_local": True}),
+    "utility": ("SkillDuet (Utility)", {"method": "skillduet", "selector": "utility", "use_global": True,
+                                        "extract_local": True}),
+    "contrast": ("SkillDuet (Contrast)", {"method": "skillduet", "selector": "contrast", "use_global": True,
+                                          "extract_local": True}),
+}
+DEFAULT_ARMS = ("grpo", "local_only", "random", "strength")
+# `--quick`: a ~10-minute study on 2 idle cores (the warm start is the demo's, so a cached one is reused).
+# 3 steps = one consolidation (the demo's interval), so the SkillDuet arms have a Global for Table 3.
+QUICK_OVERRIDES = ("steps=3", "eval_tasks=12", "save_steps=3")
+QUICK_SEEDS = (0, 1)
+STUDY_FILE = "study.json"
+SHARED_MODEL = "shared_model"
+BEFORE_FILE = "before.json"
+NEUTRAL_FILE = "neutral.json"
+
+
+def arm_overlay(name: str) -> tuple[str, dict[str, Any]]:
+    """``(label, skillduet overlay)`` of an arm: a built-in name, or ``strength_keep<ratio>`` / ``<selector>_keep
+    <ratio>`` (e.g. ``strength_keep0.25``) for a keep-ratio ablation."""
+    base, sep, ratio = name.partition("_keep")
+    if base in ARMS and sep:
+        try:
+            value = float(ratio)
+        except ValueError:
+            value = -1.0
+        if not 0 < value <= 1 or base in ("grpo", "local_only"):
+            raise ConfigError(f"arm {name!r} is invalid: expected <selector>_keep<ratio> with a ratio in (0, 1], "
+                              f"e.g. strength_keep0.25")
+        label, overlay = ARMS[base]
+        return f"{label} keep {value:g}", {**overlay, "keep_ratio": value}
+    if name not in ARMS:
+        raise ConfigError(f"arm {name!r} is invalid: allowed values are {', '.join(ARMS)} or "
+                          f"<selector>_keep<ratio> (e.g. strength_keep0.25)")
+    return ARMS[name]
+
+
+@dataclass
+class StudySpec:
+    """What a study runs: the base config (file + overrides, as for ``skillduet train``), arms and seeds."""
+
+    config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    quick: bool = False
+
+    def validate(self) -> None:
+        if not self.arms:
+            raise ConfigError("--methods is empty: name at least one arm, e.g. grpo,strength")
+        if len(set(self.arms)) != len(self.arms):
+            raise ConfigError(f"--methods={','.join(self.arms)!r} names an arm twice")
+        for arm in self.arms:
+            arm_overlay(arm)
+        if not self.seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise ConfigError(f"--seeds={self.seeds!r} is invalid: expected non-negative integers, e.g. 0,1,2")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"--seeds={self.seeds!r} names a seed twice")
+
+    def base_overrides(self) -> list[str]:
+        return (list(QUICK_OVERRIDES) if self.quick else []) + list(self.overrides)
+
+    def base_config(self) -> RunConfig:
+        """The resolved base config (the warm start's; arms only change ``skillduet.*``, seed and paths)."""
+        return load_run_config(self.config, self.base_overrides())
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    arm: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-s{self.seed}"
+
+
+def plan(spec: StudySpec) -> list[PlannedRun]:
+    """Seed-major order: every arm of seed 0 first, so a stopped study already holds comparable runs."""
+    return [PlannedRun(arm, seed) for seed in spec.seeds for arm in spec.arms]
+
+
+# ---------------------------------------------------------------------- state on disk
+def _atomic_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write_json(tmp, data)
+    os.replace(tmp, path)
+
+
+def _comparable(base: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in base.items() if k not in ("output_dir", "name")}
+
+
+def open_study(root: Path, spec: StudySpec, base: RunConfig) -> None:
+    """Create ``study.json`` or check that an existing study was started with the same base config (arms and
+    seeds may change between invocations: a study can be extended)."""
+    root.mkdir(parents=True, exist_ok=True)
+    file = root / STUDY_FILE
+    resolved = base.resolved_dict()
+    if file.is_file():
+        stored = json.loads(file.read_text())
+        old, new = _comparable(stored.get("base", {})), _comparable(json.loads(json.dumps(resolved)))
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if diff:
+            raise ConfigError(f"study directory {str(root)!r} was started with other base settings ("
+                              f"{', '.join(diff)} differ): rerun it with its own config and overrides "
+                              f"(`skillduet study --resume {root}`), or choose a new --output-dir")
+    _atomic_json(file, {"spec": asdict(spec), "base": resolved, "format": 1})
+
+
+def load_spec(root: Path) -> StudySpec:
+    file = Path(root) / STUDY_FILE
+    if not file.is_file():
+        raise ConfigError(f"--resume {str(root)!r} is invalid: it holds no {STUDY_FILE}; pass a study directory")
+    return StudySpec(**json.loads(file.read_text())["spec"])
+
+
+def run_dir(root: Path, run: PlannedRun) -> Path:
+    return Path(root) / "runs" / run.name
+
+
+def is_complete(path: Path, needs_neutral: bool) -> bool:
+    return (path / "summary.json").is_file() and (not needs_neutral or (path / "eval" / NEUTRAL_FILE).is_file())
+
+
+# ---------------------------------------------------------------------- the phases
+def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Path:
+    """The one model every run starts from: the base config's warm start (or its model when the warm start is
+    off), copied into the study so a cache clean-up cannot change a resumed study."""
+    from skillduet_plugin.runs import trl_runner
+    from skillduet_plugin.runs.rundir import resolve_model
+
+    target = root / SHARED_MODEL
+    if (target / "config.json").is_file():
+        return target
+    if not base.warm_start_enabled and not base.is_tiny:
+        return resolve_model(base.model, seed=base.seed)  # a real checkpoint: use it in place
+    trl_runner.set_threads(base)
+    source = resolve_model(base.model, seed=base.seed)
+    if base.warm_start_enabled:
+        source, _ = trl_runner._warm_start(base, source, say)
+    tmp = root / f".{SHARED_MODEL}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    os.replace(tmp, target)
+    say(f"shared model: {target} (from {source})")
+    return target
+
+
+def _threads(base: RunConfig) -> int:
+    """The base config's torch thread count, made explicit: the arms run a model folder, not ``tiny``, and
+    must not fall back to another automatic choice."""
+    from skillduet_plugin.runs import trl_runner
+
+    if hasattr(trl_runner, "torch_threads"):
+        return int(trl_runner.torch_threads(base))
+    import torch
+
+    if base.threads:
+        return base.threads
+    if base.is_tiny and not (torch.cuda.is_available() and base.device != "cpu"):
+        return 1
+    return torch.get_num_threads()
+
+
+def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, out: Path) -> RunConfig:
+    """The config of one run: the base config + the arm's ``skillduet.*`` overlay, its seed, the shared model
+    (no warm start of its own), the base's resolved action selection and threads, no before-RL panel."""
+    _, overlay = arm_overlay(run.arm)
+    arm = [f"skillduet.{k}={json.dumps(v) if isinstance(v, (bool, float, int)) else v}" for k, v in overlay.items()]
+    fixed = [f"model={model}", "warm_start.enabled=false", f"action_selection={base.action_mode}",
+             f"threads={_threads(base)}", "eval_before=false", f"seed={run.seed}", f"name={run.name}"]
+    return load_run_config(spec.config, spec.base_overrides() + arm + fixed, output_dir=str(out))
+
+
+def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """The panel before RL, once for the study (greedy on the shared model: every arm and seed would get the
+    same numbers)."""
+    file = root / BEFORE_FILE
+    if file.is_file():
+        return json.loads(file.read_text())
+    from skillduet_plugin.runs.evaluate import evaluate_panel
+    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads
+
+    set_threads(config)
+    net, tokenizer = load_model(model, config)
+    results = evaluate_panel(net, tokenizer, config, panel(config), None, conditions=("none",), log=say)
+    results["panel"] = config.panel
+    _atomic_json(file, results)
+    return results
+
+
+def measure_neutral(path: Path, config: RunConfig, say: Callable[[str], None]) -> None:
+    """Table 3's middle row for a finished run: its final model with the length-matched neutral text."""
+    from skillduet_plugin.runs.evaluate import evaluate_panel
+    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads
+
+    set_threads(config)
+    net, tokenizer = load_model(path / "final_model", config)
+    results = evaluate_panel(net, tokenizer, config, panel(config), path / "skill_bank.sqlite",
+                             conditions=("neutral",), log=say)
+    results["panel"] = config.panel
+    _atomic_json(path / "eval" / NEUTRAL_FILE, results)
+
+
+def _train(config: RunConfig, path: Path, say: Callable[[str], None]) -> str:
+    """Train one run; continue an interrupted one from its last checkpoint when ``run_training`` can, else
+    start it again from scratch. Returns how it started: fresh, resumed or restarted."""
+    from skillduet_plugin.runs import trl_runner
+
+    how = "fresh"
+    if (path / "summary.json").is_file():
+        return "done"
+    if path.exists():
+        can_resume = "resume" in inspect.signature(trl_runner.run_training).parameters
+        if can_resume:
+            try:
+                trl_runner.resume_point(path)
+                say(f"{path.name}: resuming from its last checkpoint")
+                trl_runner.run_training(config, log=say, resume=path)
+                return "resumed"
+            except ConfigError as err:  # no complete checkpoint yet
+                say(f"{path.name}: cannot resume ({err}); restarting it")
+        else:
+            say(f"{path.name}: interrupted; restarting it from scratch")
+        shutil.rmtree(path)
+        how = "restarted"
+    trl_runner.run_training(config, log=say)
+    return how
+
+
+def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], None] | None = None,
+              progress: bool = True) -> Path:
+    """Run (or continue) a study in ``root``; returns its path. The report is written by the caller
+    (``reporting.study_report``)."""
+    from tqdm.auto import tqdm
+
+    spec.validate()
+    root = Path(root).expanduser().resolve()
+    base = spec.base_config()
+    open_study(root, spec, base)
+    bar = None
+
+    def say(msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        if log is not None:
+            log(line)
+        elif bar is not None:
+            bar.write(line)
+        else:
+            print(line, flush=True)
+
+    model = shared_model(root, base, say)
+    runs = plan(spec)
+    configs = {r: run_config(spec, base, model, r, run_dir(root, r)) for r in runs}  # every config checked first
+    measure_before(root, next(iter(configs.values())), model, say)
+    needs = {r: configs[r].method_config().use_global for r in runs}
+    done = sum(is_complete(run_dir(root, r), needs[r]) for r in runs)
+    bar = tqdm(total=len(runs), initial=done, desc="study", unit="run", disable=not progress, dynamic_ncols=True)
+    try:
+        for r in runs:
+            path = run_dir(root, r)
+            if is_complete(path, needs[r]):
+                continue
+            bar.set_postfix_str(r.name)
+            t0 = time.time()
+            how = _train(configs[r], path, say)
+            if needs[r] and not (path / "eval" / NEUTRAL_FILE).is_file():
+                measure_neutral(path, configs[r], say)
+            _atomic_json(path / "study_run.json", {"arm": r.arm, "seed": r.seed, "start": how,
+                                                   "wall_s_this_attempt": round(time.time() - t0, 1)})
+            bar.update(1)
+    finally:
+        bar.close()
+    return root

@@ -1,0 +1,95 @@
+"""``skillduet study`` end to end: a micro study (2 arms x 2 seeds, 2 RL steps, a 2-game panel) is SIGKILLed in
+the middle of a run, started again, and finishes without redoing the runs that were complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("alfworld")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory):
+    from skillduet_plugin.envs.alfworld.generator import generate_games
+
+    root = tmp_path_factory.mktemp("alfworld_games")
+    generate_games(root, "train", n_per_type=2, seed=1, task_types=("pick", "look"), max_walkthrough=6)
+    generate_games(root, "valid_unseen", n_per_type=1, seed=2, task_types=("pick", "look"), max_walkthrough=6)
+    return root
+
+
+def _command(games: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "skillduet_plugin.cli", "study", f"data_dir={games}", "model=tiny", "steps=2",
+            "tasks_per_step=1", "num_generations=2", "max_turns=2", "eval_tasks=2", "warm_start.games=2",
+            "warm_start.steps=2", "skillduet.consolidation_interval=1", "save_steps=1",
+            "--methods", "grpo,strength", "--seeds", "0,1", "--output-dir", str(out)]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ, SKILLDUET_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+@pytest.mark.slow
+def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
+    out = tmp_path / "study"
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(_command(games, out), cwd=tmp_path, env=_env(tmp_path), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    victim = out / "runs" / "strength-s0"
+    deadline = time.time() + 150
+    try:
+        # kill it once the second run has logged a step but not finished (or as soon as it exists, if fast)
+        while time.time() < deadline and proc.poll() is None:
+            if (victim / "metrics.jsonl").is_file() and not (victim / "summary.json").exists():
+                break
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+    first_log = (tmp_path / "first.log").read_text()
+    assert proc.returncode == -signal.SIGKILL, f"the study ended before it was killed:\n{first_log[-3000:]}"
+    done = out / "runs" / "grpo-s0"
+    assert (done / "summary.json").is_file() and (out / "shared_model" / "config.json").is_file()
+    assert not (victim / "summary.json").exists()
+    stamp = {p: p.stat().st_mtime_ns for p in (done / "summary.json", done / "study_run.json",
+                                                out / "before.json", out / "shared_model" / "config.json")}
+
+    again = subprocess.run(_command(games, out), cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
+                           timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    # completed work is not redone: same files, untouched
+    assert {p: p.stat().st_mtime_ns for p in stamp} == stamp
+    starts = {r: json.loads((out / "runs" / r / "study_run.json").read_text())["start"]
+              for r in ("grpo-s0", "strength-s0", "grpo-s1", "strength-s1")}
+    assert starts["grpo-s0"] == "fresh" and starts["strength-s0"] in ("resumed", "restarted")
+    assert starts["grpo-s1"] == starts["strength-s1"] == "fresh"
+    for run in starts:
+        metrics = [json.loads(x) for x in (out / "runs" / run / "metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in metrics if "event" not in m] == [1, 2], run  # no step lost or doubled
+    # every run starts from the shared model, and the SkillDuet runs carry the Table-3 neutral condition
+    for run in starts:
+        cfg = (out / "runs" / run / "config.yaml").read_text()
+        assert f"model: {out / 'shared_model'}" in cfg and "eval_before: false" in cfg
+    assert (out / "runs" / "strength-s1" / "eval" / "neutral.json").is_file()
+    assert not (out / "runs" / "grpo-s1" / "eval" / "neutral.json").exists()
+
+    report = (out / "report.md").read_text()
+    assert "| GRPO | 2 |" in report and "| SkillDuet (Strength) | 2 |" in report and "Not finished" not in report
+    assert "Learned Global" in report and "Length-matched neutral" in report
+    assert (out / "curves.png").stat().st_size > 0 and (out / "panel.png").stat().st_size > 0
+    assert again.stdout.strip().splitlines()[-1] == str(out / "report.md")

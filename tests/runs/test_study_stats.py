@@ -107,3 +107,16 @@ def test_arm_configs_share_everything_but_the_method(tmp_path):
     plain = [{k: v for k, v in c.to_dict().items() if k not in ("skillduet", "name", "output_dir")}
              for c in configs.values()]
     assert plain[0] == plain[1] == plain[2]
+
+
+def test_a_study_directory_refuses_other_base_settings(tmp_path):
+    from skillduet_plugin.runs.study import StudySpec, load_spec, open_study
+
+    spec = StudySpec(overrides=["steps=4"], arms=["grpo"], seeds=[0])
+    open_study(tmp_path, spec, spec.base_config())
+    more = StudySpec(overrides=["steps=4"], arms=["grpo", "strength"], seeds=[0, 1])  # extending is fine
+    open_study(tmp_path, more, more.base_config())
+    assert load_spec(tmp_path) == more
+    other = StudySpec(overrides=["steps=5"], arms=["grpo"], seeds=[0])
+    with pytest.raises(ConfigError, match=r"other base settings \(steps differ\)"):
+        open_study(tmp_path, other, other.base_config())

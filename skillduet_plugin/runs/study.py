@@ -211,7 +211,8 @@ def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, o
     (no warm start of its own), the base's resolved action selection and threads, no before-RL panel."""
     _, overlay = arm_overlay(run.arm)
     arm = [f"skillduet.{k}={json.dumps(v) if isinstance(v, (bool, float, int)) else v}" for k, v in overlay.items()]
-    fixed = [f"model={json.dumps(str(model))}",  # quoted: a path is never read as YAML "warm_start.enabled=false", f"action_selection={base.action_mode}",
+    # the model path is quoted so that YAML never reads it as something else
+    fixed = [f"model={json.dumps(str(model))}", "warm_start.enabled=false", f"action_selection={base.action_mode}",
              f"threads={_threads(base)}", "eval_before=false", f"seed={run.seed}", f"name={run.name}"]
     return load_run_config(spec.config, spec.base_overrides() + arm + fixed, output_dir=str(out))
 

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if args.print_plan:
             base = spec.base_config()
             for r in study.plan(spec):
-                cfg = study.run_config(spec, base, root / study.SHARED_MODEL, r, study.run_dir(root, r))
+                cfg = study.run_config(spec, base, study.shared_model_path(root, base), r, study.run_dir(root, r))
                 m = cfg.method_config()
                 print(f"{r.name}: method={cfg.method} selector={m.selector} opd_coef={m.opd_coef} "
                       f"use_global={m.use_global} extract_local={m.extract_local} keep_ratio={m.keep_ratio} "

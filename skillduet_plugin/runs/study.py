@@ -9,8 +9,8 @@ run, and, for arms that build a Global, also with the length-matched neutral tex
 "none" and "learned Global" rows).
 
 Resumable per run: a run whose ``summary.json`` (and neutral evaluation) exists is skipped; an interrupted one
-continues from its last checkpoint when ``run_training`` supports ``resume`` and a complete checkpoint exists,
-otherwise its folder is removed and it restarts from scratch. Layout of a study directory::
+continues from its last complete checkpoint (``run_training(resume=...)``, as ``skillduet train --resume``), or,
+when it stopped before its first checkpoint, its folder is removed and it restarts from scratch. Layout of a study directory::
 
     study.json          the spec (base config source, overrides, arms, seeds) and the resolved base config
     shared_model/       the warm-started model every run starts from (written atomically)
@@ -20,7 +20,6 @@ otherwise its folder is removed and it restarts from scratch. Layout of a study 
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -167,17 +166,24 @@ def is_complete(path: Path, needs_neutral: bool) -> bool:
 
 
 # ---------------------------------------------------------------------- the phases
+def shared_model_path(root: Path, base: RunConfig) -> Path:
+    """Where the shared model is (or will be): a real checkpoint without a warm start is used in place."""
+    if not base.warm_start_enabled and not base.is_tiny:
+        from skillduet_plugin.runs.rundir import resolve_model
+
+        return resolve_model(base.model, seed=base.seed)
+    return root / SHARED_MODEL
+
+
 def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Path:
     """The one model every run starts from: the base config's warm start (or its model when the warm start is
     off), copied into the study so a cache clean-up cannot change a resumed study."""
     from skillduet_plugin.runs import trl_runner
     from skillduet_plugin.runs.rundir import resolve_model
 
-    target = root / SHARED_MODEL
+    target = shared_model_path(root, base)
     if (target / "config.json").is_file():
         return target
-    if not base.warm_start_enabled and not base.is_tiny:
-        return resolve_model(base.model, seed=base.seed)  # a real checkpoint: use it in place
     trl_runner.set_threads(base)
     source = resolve_model(base.model, seed=base.seed)
     if base.warm_start_enabled:
@@ -248,29 +254,24 @@ def measure_neutral(path: Path, config: RunConfig, say: Callable[[str], None]) -
 
 
 def _train(config: RunConfig, path: Path, say: Callable[[str], None]) -> str:
-    """Train one run; continue an interrupted one from its last checkpoint when ``run_training`` can, else
-    start it again from scratch. Returns how it started: fresh, resumed or restarted."""
+    """Train one run; an interrupted one continues from its last complete checkpoint (``skillduet train
+    --resume``), or starts again from scratch when it stopped before its first. Returns how it started:
+    fresh, resumed or restarted."""
     from skillduet_plugin.runs import trl_runner
 
-    how = "fresh"
-    if (path / "summary.json").is_file():
-        return "done"
-    if path.exists():
-        can_resume = "resume" in inspect.signature(trl_runner.run_training).parameters
-        if can_resume:
-            try:
-                trl_runner.resume_point(path)
-                say(f"{path.name}: resuming from its last checkpoint")
-                trl_runner.run_training(config, log=say, resume=path)
-                return "resumed"
-            except ConfigError as err:  # no complete checkpoint yet
-                say(f"{path.name}: cannot resume ({err}); restarting it")
-        else:
-            say(f"{path.name}: interrupted; restarting it from scratch")
+    if not path.exists():
+        trl_runner.run_training(config, log=say)
+        return "fresh"
+    try:
+        trl_runner.resume_point(path)
+    except ConfigError as err:  # no complete checkpoint yet
+        say(f"{path.name}: cannot resume ({err}); restarting it")
         shutil.rmtree(path)
-        how = "restarted"
-    trl_runner.run_training(config, log=say)
-    return how
+        trl_runner.run_training(config, log=say)
+        return "restarted"
+    say(f"{path.name}: resuming from its last checkpoint")
+    trl_runner.run_training(config, log=say, resume=path)
+    return "resumed"
 
 
 def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], None] | None = None,
@@ -294,9 +295,10 @@ def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], 
         else:
             print(line, flush=True)
 
-    model = shared_model(root, base, say)
     runs = plan(spec)
-    configs = {r: run_config(spec, base, model, r, run_dir(root, r)) for r in runs}  # every config checked first
+    model = shared_model_path(root, base)
+    configs = {r: run_config(spec, base, model, r, run_dir(root, r)) for r in runs}  # all checked before any work
+    shared_model(root, base, say)
     measure_before(root, next(iter(configs.values())), model, say)
     needs = {r: configs[r].method_config().use_global for r in runs}
     done = sum(is_complete(run_dir(root, r), needs[r]) for r in runs)
@@ -307,12 +309,13 @@ def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], 
             if is_complete(path, needs[r]):
                 continue
             bar.set_postfix_str(r.name)
-            t0 = time.time()
-            how = _train(configs[r], path, say)
+            if not (path / "summary.json").is_file():
+                t0 = time.time()
+                how = _train(configs[r], path, say)
+                _atomic_json(path / "study_run.json", {"arm": r.arm, "seed": r.seed, "start": how,
+                                                       "wall_s_this_attempt": round(time.time() - t0, 1)})
             if needs[r] and not (path / "eval" / NEUTRAL_FILE).is_file():
                 measure_neutral(path, configs[r], say)
-            _atomic_json(path / "study_run.json", {"arm": r.arm, "seed": r.seed, "start": how,
-                                                   "wall_s_this_attempt": round(time.time() - t0, 1)})
             bar.update(1)
     finally:
         bar.close()

@@ -120,3 +120,17 @@ def test_a_study_directory_refuses_other_base_settings(tmp_path):
     other = StudySpec(overrides=["steps=5"], arms=["grpo"], seeds=[0])
     with pytest.raises(ConfigError, match=r"other base settings \(steps differ\)"):
         open_study(tmp_path, other, other.base_config())
+
+
+def test_an_interrupted_run_without_a_checkpoint_restarts_from_scratch(tmp_path, monkeypatch):
+    from skillduet_plugin.runs import study, trl_runner
+
+    calls = []
+    monkeypatch.setattr(trl_runner, "run_training", lambda config, log=None, resume=None: calls.append(resume))
+    run = tmp_path / "strength-s0"
+    (run / "checkpoints" / "checkpoint-1").mkdir(parents=True)  # torn: no trainer_state.json, no bank snapshot
+    (run / "config.yaml").write_text("name: x\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert study._train(None, run, lambda m: None) == "restarted"
+    assert calls == [None] and not run.exists()  # the torn folder is gone before the fresh start
+    assert study._train(None, tmp_path / "new", lambda m: None) == "fresh"

@@ -253,24 +253,25 @@ def measure_neutral(path: Path, config: RunConfig, say: Callable[[str], None]) -
     _atomic_json(path / "eval" / NEUTRAL_FILE, results)
 
 
-def _train(config: RunConfig, path: Path, say: Callable[[str], None]) -> str:
+def _train(config: RunConfig, path: Path, say: Callable[[str], None],
+           emit: Callable[[str], None] | None = None) -> str:
     """Train one run; an interrupted one continues from its last complete checkpoint (``skillduet train
     --resume``), or starts again from scratch when it stopped before its first. Returns how it started:
     fresh, resumed or restarted."""
     from skillduet_plugin.runs import trl_runner
 
     if not path.exists():
-        trl_runner.run_training(config, log=say)
+        trl_runner.run_training(config, log=emit or say)
         return "fresh"
     try:
         trl_runner.resume_point(path)
     except ConfigError as err:  # no complete checkpoint yet
         say(f"{path.name}: cannot resume ({err}); restarting it")
         shutil.rmtree(path)
-        trl_runner.run_training(config, log=say)
+        trl_runner.run_training(config, log=emit or say)
         return "restarted"
     say(f"{path.name}: resuming from its last checkpoint")
-    trl_runner.run_training(config, log=say, resume=path)
+    trl_runner.run_training(config, log=emit or say, resume=path)
     return "resumed"
 
 
@@ -286,14 +287,16 @@ def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], 
     open_study(root, spec, base)
     bar = None
 
-    def say(msg: str) -> None:
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    def emit(line: str) -> None:  # run_training's lines arrive time-stamped already
         if log is not None:
             log(line)
         elif bar is not None:
             bar.write(line)
         else:
             print(line, flush=True)
+
+    def say(msg: str) -> None:
+        emit(f"[{time.strftime('%H:%M:%S')}] {msg}")
 
     runs = plan(spec)
     model = shared_model_path(root, base)
@@ -311,7 +314,7 @@ def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], 
             bar.set_postfix_str(r.name)
             if not (path / "summary.json").is_file():
                 t0 = time.time()
-                how = _train(configs[r], path, say)
+                how = _train(configs[r], path, say, emit)
                 _atomic_json(path / "study_run.json", {"arm": r.arm, "seed": r.seed, "start": how,
                                                        "wall_s_this_attempt": round(time.time() - t0, 1)})
             if needs[r] and not (path / "eval" / NEUTRAL_FILE).is_file():

@@ -198,18 +198,10 @@ def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Pat
 
 def _threads(base: RunConfig) -> int:
     """The base config's torch thread count, made explicit: the arms run a model folder, not ``tiny``, and
-    must not fall back to another automatic choice."""
-    from skillduet_plugin.runs import trl_runner
+    must use the same count as the base (and the warm start)."""
+    from skillduet_plugin.runs.trl_runner import torch_threads
 
-    if hasattr(trl_runner, "torch_threads"):
-        return int(trl_runner.torch_threads(base))
-    import torch
-
-    if base.threads:
-        return base.threads
-    if base.is_tiny and not (torch.cuda.is_available() and base.device != "cpu"):
-        return 1
-    return torch.get_num_threads()
+    return int(torch_threads(base))
 
 
 def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, out: Path) -> RunConfig:

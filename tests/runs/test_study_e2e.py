@@ -1,4 +1,4 @@
-"""``skillduet study`` end to end: a micro study (2 arms x 2 seeds, 2 RL steps, a 2-game panel) is SIGKILLed in
+"""``skillduet study`` end to end: a micro study (2 arms x 2 seeds, 5 RL steps, a 2-game panel) is SIGKILLed in
 the middle of a run, started again, and finishes without redoing the runs that were complete."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _command(games: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "skillduet_plugin.cli", "study", f"data_dir={games}", "model=tiny", "steps=2",
+    return [sys.executable, "-m", "skillduet_plugin.cli", "study", f"data_dir={games}", "model=tiny", "steps=5",
             "tasks_per_step=1", "num_generations=2", "max_turns=2", "eval_tasks=2", "warm_start.games=2",
             "warm_start.steps=2", "skillduet.consolidation_interval=1", "save_steps=1",
             "--methods", "grpo,strength", "--seeds", "0,1", "--output-dir", str(out)]
@@ -51,11 +51,12 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     victim = out / "runs" / "strength-s0"
     deadline = time.time() + 150
     try:
-        # kill it once the second run has a complete checkpoint (step 1 of 2) but has not finished
+        # freeze it as soon as the second run has a complete checkpoint (step 1 of 5), then kill it
         while time.time() < deadline and proc.poll() is None:
-            if _resumable(victim) and not (victim / "summary.json").exists():
+            if _resumable(victim):
+                os.killpg(proc.pid, signal.SIGSTOP)
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -65,7 +66,7 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     assert proc.returncode == -signal.SIGKILL, f"the study ended before it was killed:\n{first_log[-3000:]}"
     done = out / "runs" / "grpo-s0"
     assert (done / "summary.json").is_file() and (out / "shared_model" / "config.json").is_file()
-    assert not (victim / "summary.json").exists()
+    assert not (victim / "summary.json").exists(), "the run finished before it was stopped"
     stamp = {p: p.stat().st_mtime_ns for p in (done / "summary.json", done / "study_run.json",
                                                 out / "before.json", out / "shared_model" / "config.json")}
 
@@ -80,7 +81,7 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     assert starts["grpo-s1"] == starts["strength-s1"] == "fresh"
     for run in starts:
         metrics = [json.loads(x) for x in (out / "runs" / run / "metrics.jsonl").read_text().splitlines()]
-        assert [m["step"] for m in metrics if "event" not in m] == [1, 2], run  # no step lost or doubled
+        assert [m["step"] for m in metrics if "event" not in m] == [1, 2, 3, 4, 5], run  # none lost or doubled
     # every run starts from the shared model, and the SkillDuet runs carry the Table-3 neutral condition
     for run in starts:
         cfg = (out / "runs" / run / "config.yaml").read_text()

@@ -182,8 +182,9 @@ def plot_panel(rows: Sequence[tuple[str, Interval | None]], types: dict[str, lis
         if xs:
             ax2.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=label, markersize=4)
     ax2.set_xticks(range(len(type_names)), type_names, fontsize=8)
-    ax2.set_title("Per task type")
-    ax2.legend(fontsize=7)
+    ax2.set_title("Per task type" if type_names else "Per task type (one type only)")
+    if type_names:
+        ax2.legend(fontsize=7)
     return _save(fig, out)
 
 

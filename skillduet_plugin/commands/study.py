@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default=None, help="comma-separated RL seeds (default 0,1,2; --quick: "
                                                       f"{','.join(map(str, QUICK_SEEDS))})")
     parser.add_argument("--quick", action="store_true",
-                        help=f"a ~10-minute study on 2 idle cores: {' '.join(QUICK_OVERRIDES)}, 2 seeds")
+                        help=f"a small first look, not a result: {' '.join(QUICK_OVERRIDES)}, 2 seeds (~16 CPU-minutes "
+                             f"with an uncached warm start)")
     parser.add_argument("--output-dir", default=None, help="study directory (default: studies/<timestamp>-<env>)")
     parser.add_argument("--resume", metavar="STUDY_DIR", default=None,
                         help="continue a stopped study with its own settings (finished runs are skipped)")

@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from skillduet_plugin.reporting.stats import Interval, bootstrap_interval
-from skillduet_plugin.runs.plots import _pyplot, _save
+from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
 from skillduet_plugin.runs.study import (BEFORE_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
                                          is_complete, plan, run_dir)
 
+# the run plots' matplotlib helpers (public as pyplot / save_figure once the layering change lands)
+_pyplot = getattr(run_plots, "pyplot", None) or getattr(run_plots, "_pyplot")
+_save = getattr(run_plots, "save_figure", None) or getattr(run_plots, "_save")
 CONDITION_ROWS = (("none", "None"), ("neutral", "Length-matched neutral"), ("learned", "Learned Global"))
 
 

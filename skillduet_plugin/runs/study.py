@@ -20,6 +20,7 @@ when it stopped before its first checkpoint, its folder is removed and it restar
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -213,7 +214,10 @@ def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, o
     # the model path is quoted so that YAML never reads it as something else
     fixed = [f"model={json.dumps(str(model))}", "warm_start.enabled=false", f"action_selection={base.action_mode}",
              f"threads={_threads(base)}", "eval_before=false", f"seed={run.seed}", f"name={run.name}"]
-    return load_run_config(spec.config, spec.base_overrides() + arm + fixed, output_dir=str(out))
+    # The base config was checked against the machine; the arm's model is the study's own shared model, which
+    # does not exist before the warm start (arms are checked before it), so the folder check is skipped here.
+    check = {"check_machine": False} if "check_machine" in inspect.signature(load_run_config).parameters else {}
+    return load_run_config(spec.config, spec.base_overrides() + arm + fixed, output_dir=str(out), **check)
 
 
 def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[str], None]) -> dict[str, Any]:

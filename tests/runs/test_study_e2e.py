@@ -56,7 +56,7 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
             if _resumable(victim):
                 os.killpg(proc.pid, signal.SIGSTOP)
                 break
-            time.sleep(0.05)
+            time.sleep(0.02)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -21,9 +21,6 @@ from skillduet_plugin.runs.rundir import read_metrics, step_records
 from skillduet_plugin.runs.study import (BEFORE_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
                                          is_complete, plan, run_dir)
 
-# the run plots' matplotlib helpers (public as pyplot / save_figure once the layering change lands)
-_pyplot = getattr(run_plots, "pyplot", None) or getattr(run_plots, "_pyplot")
-_save = getattr(run_plots, "save_figure", None) or getattr(run_plots, "_save")
 CONDITION_ROWS = (("none", "None"), ("neutral", "Length-matched neutral"), ("learned", "Learned Global"))
 
 
@@ -132,7 +129,7 @@ def _mean(values: Sequence[float]) -> float | None:
 # ---------------------------------------------------------------------- plots
 def plot_curves(arms: Sequence[ArmData], out: Path) -> Path:
     """Rollout success per step: mean over seeds (line) and min-max over seeds (band), one colour per arm."""
-    plt = _pyplot()
+    plt = run_plots.pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for data in arms:
         by_step: dict[int, list[float]] = {}
@@ -154,13 +151,13 @@ def plot_curves(arms: Sequence[ArmData], out: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("Rollout success per step (mean over seeds; band: min-max)")
     ax.legend(fontsize=8)
-    return _save(fig, out)
+    return run_plots.save_figure(fig, out)
 
 
 def plot_panel(rows: Sequence[tuple[str, Interval | None]], types: dict[str, list[tuple[str, Interval | None]]],
                out: Path) -> Path:
     """Panel success with 95% bootstrap intervals: overall per arm (left), per task type (right)."""
-    plt = _pyplot()
+    plt = run_plots.pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
     shown = [(label, iv) for label, iv in rows if iv is not None]
     for i, (label, iv) in enumerate(shown):
@@ -188,7 +185,7 @@ def plot_panel(rows: Sequence[tuple[str, Interval | None]], types: dict[str, lis
     ax2.set_title("Per task type" if type_names else "Per task type (one type only)")
     if type_names:
         ax2.legend(fontsize=7)
-    return _save(fig, out)
+    return run_plots.save_figure(fig, out)
 
 
 # ---------------------------------------------------------------------- the report

@@ -20,7 +20,6 @@ when it stopped before its first checkpoint, its folder is removed and it restar
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -216,7 +215,7 @@ def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, o
              f"threads={_threads(base)}", "eval_before=false", f"seed={run.seed}", f"name={run.name}"]
     # The base config was checked against the machine; the arm's model is the study's own shared model, which
     # does not exist before the warm start (arms are checked before it), so the folder check is skipped here.
-    check = {"check_machine": False} if "check_machine" in inspect.signature(load_run_config).parameters else {}
+    check = {"check_machine": False}
     return load_run_config(spec.config, spec.base_overrides() + arm + fixed, output_dir=str(out), **check)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from skillduet_plugin.envs.webshop.expert import item_price, item_title
 from skillduet_plugin.llm.offline_common import OfflineRules, Traj, find_loop, first_divergence, join_list
 
 _NAV = {"back to search", "next >", "< prev", "search"}
@@ -93,9 +94,9 @@ def replay(traj: Traj) -> Session:
             if same_page:
                 out.noops += 1
             else:
-                out.items.append((arg, _item_price(step.observation), _option_groups(step.observation),
+                out.items.append((arg, item_price(step.observation), _option_groups(step.observation),
                                   _rank(last_results, arg)))
-                out.read[arg] = f"{out.read.get(arg, '')} {_item_title(step.observation)}"
+                out.read[arg] = f"{out.read.get(arg, '')} {item_title(step.observation)}"
                 out.checked = []
                 out.options = []
                 out.useful.append(f"click[{arg}]")
@@ -121,17 +122,6 @@ def replay(traj: Traj) -> Session:
             out.noops += 1
         previous_obs = step.observation
     return out
-
-
-def _item_price(page: str) -> float | None:
-    m = re.search(r"Price:\s*\$\s*([0-9]+(?:\.[0-9]+)?)", page)
-    return float(m.group(1)) if m else None
-
-
-def _item_title(page: str) -> str:
-    """The product title on a text-mode item page (the text just before ``Price: ...``)."""
-    segments = [seg.strip() for seg in page.split("[SEP]")]
-    return next((segments[i - 1] for i, seg in enumerate(segments) if seg.startswith("Price:") and i), "")
 
 
 def _page_text(page: str) -> str:

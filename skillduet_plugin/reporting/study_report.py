@@ -2,7 +2,7 @@
 with bootstrap intervals), built from what the runs wrote (``metrics.jsonl``, ``eval/*.json``, ``summary.json``).
 
 Panel numbers are means over seeds x panel tasks with percentile-bootstrap 95% intervals
-(:func:`reporting.stats.bootstrap_interval`); differences to GRPO are paired (same seeds, same panel). Runs that
+(:func:`core.stats.bootstrap_interval`); differences to GRPO are paired (same seeds, same panel). Runs that
 have not finished are listed, not guessed.
 """
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from skillduet_plugin.reporting.stats import Interval, bootstrap_interval
+from skillduet_plugin.core.stats import Interval, bootstrap_interval
 from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
-from skillduet_plugin.runs.study import (BEFORE_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
+from skillduet_plugin.runs.study import (BEFORE_FILE, BEFORE_TRAIN_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
                                          is_complete, plan, run_dir)
 
 CONDITION_ROWS = (("none", "None"), ("neutral", "Length-matched neutral"), ("learned", "Learned Global"))
@@ -33,6 +33,7 @@ class ArmData:
     seeds: list[int] = field(default_factory=list)
     curves: list[list[tuple[int, float]]] = field(default_factory=list)  # per seed: (step, rollout success)
     evals: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # per seed: condition -> summary
+    train_evals: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # the RL training tasks, per seed
     rl_seconds: list[float] = field(default_factory=list)
     eval_seconds: list[float] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
@@ -65,6 +66,7 @@ def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list
         after = _read(path / "eval" / "after.json").get("conditions", {})
         neutral = _read(path / "eval" / NEUTRAL_FILE).get("conditions", {})
         data.evals.append({**after, **neutral})
+        data.train_evals.append(_read(path / "eval" / "after_train.json").get("conditions", {}))
         data.rl_seconds.append(sum(float(s.get("time/step_s", 0.0)) for s in steps))
         summary = _read(path / "summary.json")
         data.eval_seconds.append(float(summary.get("time/eval_after_s", 0.0) or 0.0)
@@ -244,6 +246,7 @@ def build_study_report(root: str | os.PathLike) -> Path:
         lines += _table(["Method"] + all_types, [[label] + [_pct(dict(per_type[t])[label]) for t in all_types]
                                                  for label, _ in overall]) + [""]
     lines += _conclusions(arms)
+    lines += _training_section(arms, _read(root / BEFORE_TRAIN_FILE))
     lines += ["## Learning curves", "", "![curves](curves.png)", ""]
     lines += _table3(arms)
     lines += ["## Wall time", "", "RL: the sum of the step times in `metrics.jsonl` (resumed runs included); "
@@ -254,6 +257,36 @@ def build_study_report(root: str | os.PathLike) -> Path:
     tmp.write_text("\n".join(lines))
     os.replace(tmp, out)
     return out
+
+
+def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[str]:
+    """Success on the RL training tasks themselves (greedy, no Global): what RL learned on the games it played,
+    kept apart from the panel, which is never trained on."""
+    if not before or not any(any(ev for ev in a.train_evals) for a in arms):
+        return []
+    before_m = outcome_matrix([before.get("conditions", {})])
+    lines = ["## The RL training tasks (not a held-out result)", "",
+             f"The {before.get('panel_size', '?')} tasks of split `{before.get('panel', '?')}` that RL trained on, "
+             "played greedily without a Global before RL (the shared model) and after RL (each run). This measures "
+             "what RL learned on the games it practised; the panel above measures transfer.", ""]
+    rows = [["Before RL (shared model)", "1", _pct(_ci(before_m)), "–", "–"]]
+    mats = {}
+    for a in arms:
+        evs = [ev for ev in a.train_evals if ev]
+        m = outcome_matrix(evs) if len(evs) == len(a.evals) and evs else None
+        mats[a.arm] = m
+        gain = None
+        if m is not None and before_m is not None:
+            gain = _ci(m, [before_m[0]] * len(m))
+        rows.append([a.label, str(len(evs)), _pct(_ci(m)), _pct(gain, signed=True), _verdict(gain)])
+    lines += _table(["Method", "Seeds", "Success %", "After - before (points)", "Verdict"], rows) + [""]
+    pairs = [(a.arm, "grpo") for a in arms if a.arm != "grpo"] + [("strength", "random")]
+    label = {a.arm: a.label for a in arms}
+    comp = [[f"{label[x]} - {label[y]}", _pct(_ci(mats[x], mats[y]), signed=True), _verdict(_ci(mats[x], mats[y]))]
+            for x, y in pairs if mats.get(x) is not None and mats.get(y) is not None]
+    if comp:
+        lines += _table(["Comparison (training tasks)", "Difference", "Verdict"], comp) + [""]
+    return lines
 
 
 def _table3(arms: Sequence[ArmData]) -> list[str]:

@@ -56,6 +56,10 @@ class WarmStartConfig:
                          "busy machine takes longer but makes the same model (a time estimate and a progress bar "
                          "say how long); the result is cached by a hash of everything it depends on, and an "
                          "interrupted warm start is never reused", kind="int", lo=0)
+    max_turns: int | None = setting(None, "turn cap of the expert episodes cloned (null: the run's max_turns); "
+                                    "set it above max_turns to give RL a tighter turn budget than the expert had, "
+                                    "so that the training games leave room to improve", kind="int", lo=1,
+                                    optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
     skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section (inserted "
@@ -114,6 +118,9 @@ class RunConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig,
                                         metadata={"help": "behaviour-cloning warm start"})
     eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
+    eval_training_tasks: bool = setting(True, "also measure the RL training tasks themselves before and after RL "
+                                        "(greedy, no Global), reported apart from the panel as the training "
+                                        "games, never as unseen ones", kind="bool")
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
     save_steps: int = setting(3, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",

@@ -223,16 +223,17 @@ def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str
 
 
 def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[str], bank_path: Any, *,
-                   conditions: Sequence[str] = CONDITIONS, log=print) -> dict[str, Any]:
+                   conditions: Sequence[str] = CONDITIONS, log=print, split: str | None = None) -> dict[str, Any]:
     """:func:`evaluate_conditions` for a run config: the run's Global (from ``bank_path`` if it exists), an
-    environment pool for the panel, the run's turn limits and action selection; everything closed after."""
+    environment pool for the panel (``split``: the tasks' split when they are not the panel's), the run's turn
+    limits and action selection; everything closed after."""
     from pathlib import Path
 
     from skillduet_plugin.runs.environment import make_pool
 
     bank = Path(bank_path) if bank_path else None
     lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None
-    pool = make_pool(config, config.panel)
+    pool = make_pool(config, split or config.panel)
     try:
         return evaluate_conditions(model, tokenizer, task_ids, env_name=config.env, pool=pool, lifecycle=lifecycle,
                                    conditions=conditions, max_turns=config.max_turns,

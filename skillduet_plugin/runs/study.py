@@ -14,7 +14,7 @@ when it stopped before its first checkpoint, its folder is removed and it restar
 
     study.json          the spec (base config source, overrides, arms, seeds) and the resolved base config
     shared_model/       the warm-started model every run starts from (written atomically)
-    before.json         the panel before RL
+    before.json         the panel before RL (before_train.json: the RL training tasks, when measured)
     runs/<arm>-s<seed>/ one ``skillduet train`` run directory each (+ eval/neutral.json)
 """
 
@@ -55,6 +55,7 @@ QUICK_SEEDS = (0, 1)
 STUDY_FILE = "study.json"
 SHARED_MODEL = "shared_model"
 BEFORE_FILE = "before.json"
+BEFORE_TRAIN_FILE = "before_train.json"
 NEUTRAL_FILE = "neutral.json"
 
 
@@ -221,19 +222,24 @@ def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, o
 
 def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """The panel before RL, once for the study (greedy on the shared model: every arm and seed would get the
-    same numbers)."""
-    file = root / BEFORE_FILE
-    if file.is_file():
-        return json.loads(file.read_text())
+    same numbers); with ``eval_training_tasks`` also the RL training tasks (``before_train.json``)."""
     from skillduet_plugin.runs.evaluate import evaluate_panel
-    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads
+    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads, train_tasks
 
+    file, train_file = root / BEFORE_FILE, root / BEFORE_TRAIN_FILE
+    wanted = [(file, None)] + ([(train_file, config.train_split)] if config.eval_training_tasks else [])
+    if all(f.is_file() for f, _ in wanted):
+        return json.loads(file.read_text())
     set_threads(config)
     net, tokenizer = load_model(model, config)
-    results = evaluate_panel(net, tokenizer, config, panel(config), None, conditions=("none",), log=say)
-    results["panel"] = config.panel
-    _atomic_json(file, results)
-    return results
+    for target, split in wanted:
+        if target.is_file():
+            continue
+        tasks = panel(config) if split is None else train_tasks(config)
+        results = evaluate_panel(net, tokenizer, config, tasks, None, conditions=("none",), log=say, split=split)
+        results["panel"] = split or config.panel
+        _atomic_json(target, results)
+    return json.loads(file.read_text())
 
 
 def measure_neutral(path: Path, config: RunConfig, say: Callable[[str], None]) -> None:
@@ -271,10 +277,58 @@ def _train(config: RunConfig, path: Path, say: Callable[[str], None],
     return "resumed"
 
 
+def _complete_run(config: RunConfig, path: Path, run: PlannedRun, needs_neutral: bool,
+                  say: Callable[[str], None], emit: Callable[[str], None] | None = None) -> None:
+    """Train one run (fresh, resumed or restarted) and add its neutral evaluation when its arm has a Global."""
+    if not (path / "summary.json").is_file():
+        t0 = time.time()
+        how = _train(config, path, say, emit)
+        _atomic_json(path / "study_run.json", {"arm": run.arm, "seed": run.seed, "start": how,
+                                               "wall_s_this_attempt": round(time.time() - t0, 1)})
+    if needs_neutral and not (path / "eval" / NEUTRAL_FILE).is_file():
+        measure_neutral(path, config, say)
+
+
+def _worker(config: RunConfig, path: Path, run: PlannedRun, needs_neutral: bool) -> str:
+    """One run in a worker process; its lines go to stderr prefixed with the run's name."""
+    import sys
+
+    def emit(line: str) -> None:
+        print(f"[{run.name}] {line}", file=sys.stderr, flush=True)
+
+    def say(msg: str) -> None:
+        emit(f"[{time.strftime('%H:%M:%S')}] {msg}")
+
+    _complete_run(config, path, run, needs_neutral, say, emit)
+    return run.name
+
+
+def _run_parallel(todo: list[PlannedRun], configs: dict[PlannedRun, RunConfig], root: Path,
+                  needs: dict[PlannedRun, bool], jobs: int, bar: Any, say: Callable[[str], None]) -> None:
+    """Runs in ``jobs`` worker processes (spawned: no torch state is shared); the first failure stops the
+    study after the runs in flight end (each is resumable)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_worker, configs[r], run_dir(root, r), r, needs[r]): r for r in todo}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for f in finished:
+                f.result()  # re-raises a worker's error here
+                say(f"{futures[f].name}: done")
+                bar.update(1)
+
+
 def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], None] | None = None,
-              progress: bool = True) -> Path:
+              progress: bool = True, jobs: int = 1) -> Path:
     """Run (or continue) a study in ``root``; returns its path. The report is written by the caller
-    (``reporting.study_report``)."""
+    (``reporting.study_report``). ``jobs`` > 1 trains that many runs at once, each in its own process (each
+    with the base config's thread count): every run is still the same computation as when run alone."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs={jobs!r} is invalid: expected an integer >= 1 (e.g. 2 on a 2-core machine "
+                          "with one thread per run)")
     from tqdm.auto import tqdm
 
     spec.validate()
@@ -301,21 +355,16 @@ def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], 
     measure_before(root, next(iter(configs.values())), model, say)
     needs = {r: configs[r].method_config().use_global for r in runs}
     done = sum(is_complete(run_dir(root, r), needs[r]) for r in runs)
+    todo = [r for r in runs if not is_complete(run_dir(root, r), needs[r])]
     bar = tqdm(total=len(runs), initial=done, desc="study", unit="run", disable=not progress, dynamic_ncols=True)
     try:
-        for r in runs:
-            path = run_dir(root, r)
-            if is_complete(path, needs[r]):
-                continue
-            bar.set_postfix_str(r.name)
-            if not (path / "summary.json").is_file():
-                t0 = time.time()
-                how = _train(configs[r], path, say, emit)
-                _atomic_json(path / "study_run.json", {"arm": r.arm, "seed": r.seed, "start": how,
-                                                       "wall_s_this_attempt": round(time.time() - t0, 1)})
-            if needs[r] and not (path / "eval" / NEUTRAL_FILE).is_file():
-                measure_neutral(path, configs[r], say)
-            bar.update(1)
+        if jobs <= 1:
+            for r in todo:
+                bar.set_postfix_str(r.name)
+                _complete_run(configs[r], run_dir(root, r), r, needs[r], say, emit)
+                bar.update(1)
+        else:
+            _run_parallel(todo, configs, root, needs, jobs, bar, say)
     finally:
         bar.close()
     return root

@@ -136,12 +136,14 @@ def load_model(model_dir: Path, config: RunConfig) -> tuple[Any, Any]:
 
 
 def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run: RunDir, *, label: str,
-            conditions: tuple[str, ...], log: Callable[[str], None]) -> dict[str, Any]:
-    """Success on the panel under ``conditions`` (greedy); written to ``eval/<label>.json``."""
+            conditions: tuple[str, ...], log: Callable[[str], None], split: str | None = None) -> dict[str, Any]:
+    """Success on the panel (or on ``tasks`` of ``split``) under ``conditions`` (greedy); written to
+    ``eval/<label>.json``."""
     from skillduet_plugin.runs.evaluate import evaluate_panel
 
-    results = evaluate_panel(model, tokenizer, config, tasks, run.bank, conditions=conditions, log=log)
-    results["panel"] = config.panel
+    results = evaluate_panel(model, tokenizer, config, tasks, run.bank, conditions=conditions, log=log,
+                             split=split)
+    results["panel"] = split or config.panel
     write_json(run.eval_dir / f"{label}.json", results)
     return results
 
@@ -220,12 +222,14 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         train_ids = train_tasks(config)
         say(f"{config.env}: {len(train_ids)} training tasks ({config.train_split}), panel of {len(tasks_panel)} "
             f"({config.panel}); method {config.method}")
-        before = None
-        if checkpoint is not None and (run.eval_dir / "before.json").is_file():
-            before = json.loads((run.eval_dir / "before.json").read_text())  # measured before the stop
-        elif config.eval_before:
-            before = measure(model, tokenizer, config, tasks_panel, run, label="before", conditions=("none",),
-                             log=say)
+        before = _before(run, "before", checkpoint is not None, config.eval_before,
+                         lambda: measure(model, tokenizer, config, tasks_panel, run, label="before",
+                                         conditions=("none",), log=say))
+        before_train = _before(run, "before_train", checkpoint is not None,
+                               config.eval_before and config.eval_training_tasks,
+                               lambda: measure(model, tokenizer, config, train_ids, run, label="before_train",
+                                               conditions=("none",), log=_tagged(say, "training tasks"),
+                                               split=config.train_split))
         timings["time/eval_before_s"] = time.time() - t0
 
         t0 = time.time()
@@ -248,18 +252,69 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
             conditions = ("none", "learned") if config.method_config().use_global else ("none",)
             after = measure(model, tokenizer, config, tasks_panel, run, label="after", conditions=conditions,
                             log=say)
+        after_train = None
+        if config.eval_after and config.eval_training_tasks:
+            after_train = measure(model, tokenizer, config, train_ids, run, label="after_train",
+                                  conditions=("none",), log=_tagged(say, "training tasks"),
+                                  split=config.train_split)
         timings["time/eval_after_s"] = time.time() - t0
         timings["time/total_s"] = time.time() - t_start
         summary = _summary(before, after, warm_info, timings)
+        summary["panel"] = {"split": config.panel, "tasks": len(tasks_panel),
+                            "unseen": config.panel != config.train_split, "difference": paired_difference(before, after)}
+        summary["training_tasks"] = _training_summary(before_train, after_train, config, len(train_ids))
         writer.write({"event": "summary", **summary})
         write_json(run.root / "summary.json", summary)
         from skillduet_plugin.runs.plots import plot_run
 
         plot_run(run.root, tokenizer=tokenizer)
         say(_summary_line(summary))
+        if summary["training_tasks"]:
+            say(_training_line(summary["training_tasks"]))
     finally:
         log_file.close()
     return run.root
+
+
+def _before(run: RunDir, label: str, resuming: bool, wanted: bool,
+            compute: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """A before-RL measurement: the one made before a stop when resuming, else computed now when ``wanted``."""
+    file = run.eval_dir / f"{label}.json"
+    if resuming and file.is_file():
+        return json.loads(file.read_text())
+    return compute() if wanted else None
+
+
+def _tagged(say: Callable[[str], None], tag: str) -> Callable[[str], None]:
+    return lambda msg: say(f"{msg} [{tag}]")
+
+
+def paired_difference(before: dict | None, after: dict | None, mode: str = "none") -> dict[str, float] | None:
+    """After minus before success on the same tasks (no Global), with a paired percentile-bootstrap 95% interval
+    over the tasks (``core.stats.bootstrap_interval``: both measurements resample the same tasks)."""
+    from skillduet_plugin.core.stats import bootstrap_interval
+
+    try:
+        a = after["conditions"][mode]["outcomes"]  # type: ignore[index]
+        b = before["conditions"]["none"]["outcomes"]  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
+    tasks = [t for t in b if t in a]
+    if not tasks:
+        return None
+    iv = bootstrap_interval([[a[t] for t in tasks]], [[b[t] for t in tasks]])
+    return {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "level": iv.level, "tasks": len(tasks)}
+
+
+def _training_summary(before: dict | None, after: dict | None, config: RunConfig, n: int) -> dict[str, Any] | None:
+    if before is None and after is None:
+        return None
+
+    def rate(res: dict | None) -> float | None:
+        return None if res is None else res["conditions"]["none"]["success"]
+
+    return {"split": config.train_split, "tasks": n, "success_before": rate(before), "success_after": rate(after),
+            "difference": paired_difference(before, after)}
 
 
 def warm_start_settings(config: RunConfig) -> dict[str, Any]:
@@ -270,7 +325,7 @@ def warm_start_settings(config: RunConfig) -> dict[str, Any]:
     ws = config.warm_start
     return dict(env_name=config.env, games=ws.games, expert=ws.expert, episodes_per_game=ws.episodes_per_game,
                 steps=ws.steps, batch_size=ws.batch_size, learning_rate=ws.learning_rate,
-                skill_fraction=ws.skill_fraction, max_turns=config.max_turns,
+                skill_fraction=ws.skill_fraction, max_turns=ws.max_turns or config.max_turns,
                 max_total_tokens=config.max_total_tokens, skill_token_budget=ws.skill_token_budget,
                 skill_position=config.method_config().skill_position, seed=config.seed,
                 env_identity=data_identity(config, config.train_split))
@@ -317,10 +372,28 @@ def _summary(before: dict | None, after: dict | None, warm: dict | None, timings
             **{k: round(v, 1) for k, v in timings.items()}}
 
 
-def _summary_line(s: dict[str, Any]) -> str:
-    def pct(v: float | None) -> str:
-        return "n/a" if v is None else f"{100 * v:.1f}%"
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
 
-    return (f"panel success before RL {pct(s['success_before'])}; after RL {pct(s['success_after'])} without "
-            f"Global, {pct(s['success_after_with_global'])} with the learned Global; total "
+
+def interval_text(d: dict[str, float] | None) -> str:
+    """``+12.5 points (95% CI +4.2 to +20.8)`` for a paired difference, ``n/a`` without one."""
+    if not d:
+        return "n/a"
+    return (f"{100 * d['estimate']:+.1f} points (95% CI {100 * d['low']:+.1f} to {100 * d['high']:+.1f}, "
+            f"{d['tasks']} tasks)")
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    p = s.get("panel") or {}
+    where = f"{p.get('split', '?')}, {'games never trained on' if p.get('unseen') else 'the training split'}"
+    return (f"panel ({where}) success before RL {_pct(s['success_before'])}; "
+            f"after RL {_pct(s['success_after'])} without Global, {_pct(s['success_after_with_global'])} with the "
+            f"learned Global; after - before {interval_text(p.get('difference'))}; total "
             f"{s['time/total_s'] / 60:.1f} min")
+
+
+def _training_line(t: dict[str, Any]) -> str:
+    return (f"training tasks ({t['split']}, the {t['tasks']} games RL trained on) success before RL "
+            f"{_pct(t['success_before'])}; after RL {_pct(t['success_after'])}; after - before "
+            f"{interval_text(t['difference'])}")

@@ -70,7 +70,8 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     stamp = {p: p.stat().st_mtime_ns for p in (done / "summary.json", done / "study_run.json",
                                                 out / "before.json", out / "shared_model" / "config.json")}
 
-    again = subprocess.run(_command(games, out), cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
+    # the rest in two worker processes at once: the resumed run and the two fresh ones
+    again = subprocess.run(_command(games, out) + ["--jobs", "2"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
                            timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
     # completed work is not redone: same files, untouched
@@ -92,5 +93,8 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     report = (out / "report.md").read_text()
     assert "| GRPO | 2 |" in report and "| SkillDuet (Strength) | 2 |" in report and "Not finished" not in report
     assert "Learned Global" in report and "Length-matched neutral" in report
+    # the RL training tasks are measured before (once) and after every run, and reported apart from the panel
+    assert (out / "before_train.json").is_file() and (out / "runs" / "grpo-s1" / "eval" / "after_train.json").is_file()
+    assert "## The RL training tasks (not a held-out result)" in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "panel.png").stat().st_size > 0
     assert again.stdout.strip().splitlines()[-1] == str(out / "report.md")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.reporting.stats import bootstrap_interval
+from skillduet_plugin.core.stats import bootstrap_interval
 
 
 def _binomial_quantile(n: int, p: float, q: float) -> float:

@@ -1,0 +1,48 @@
+"""The demo's before/after comparison: a paired bootstrap interval over the same tasks, and the study's
+``--jobs`` check, both before any work starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.runs.trl_runner import interval_text, paired_difference
+
+
+def _res(outcomes: dict[str, float]) -> dict:
+    return {"conditions": {"none": {"outcomes": outcomes, "success": sum(outcomes.values()) / len(outcomes)}}}
+
+
+def test_paired_difference_is_after_minus_before_over_the_same_tasks():
+    before = _res({"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0})
+    after = _res({"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0, "extra": 1.0})  # a task only one side has is left out
+    d = paired_difference(before, after)
+    assert d["tasks"] == 4
+    assert d["estimate"] == pytest.approx(0.5)  # (1 + 0 + 1 + 0) / 4, by hand
+    # per-task differences are 0 or 1: every bootstrap mean lies in [0, 1], and 0.5 is inside the interval
+    assert 0.0 <= d["low"] <= 0.5 <= d["high"] <= 1.0
+    assert "+50.0 points" in interval_text(d) and "4 tasks" in interval_text(d)
+
+
+def test_no_change_gives_a_zero_interval_and_missing_results_give_none():
+    same = _res({"a": 1.0, "b": 0.0, "c": 1.0})
+    d = paired_difference(same, same)
+    assert (d["estimate"], d["low"], d["high"]) == (0.0, 0.0, 0.0)  # negative control: nothing can differ
+    assert paired_difference(None, same) is None and paired_difference(same, {"conditions": {}}) is None
+    assert interval_text(None) == "n/a"
+
+
+def test_a_worse_run_has_an_interval_below_zero():
+    before = _res({str(i): 1.0 for i in range(12)})
+    after = _res({str(i): 0.0 if i < 10 else 1.0 for i in range(12)})
+    d = paired_difference(before, after)
+    assert d["estimate"] == pytest.approx(-10 / 12) and d["high"] < 0
+
+
+@pytest.mark.parametrize("jobs", [0, -1, True, 1.5])
+def test_study_jobs_must_be_a_positive_integer(tmp_path, jobs):
+    from skillduet_plugin.runs.study import StudySpec, run_study
+
+    with pytest.raises(ConfigError, match="--jobs"):
+        run_study(tmp_path / "s", StudySpec(), jobs=jobs)
+    assert not (tmp_path / "s").exists()  # refused before any work

@@ -118,9 +118,10 @@ class RunConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig,
                                         metadata={"help": "behaviour-cloning warm start"})
     eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
-    eval_training_tasks: bool = setting(True, "also measure the RL training tasks themselves before and after RL "
-                                        "(greedy, no Global), reported apart from the panel as the training "
-                                        "games, never as unseen ones", kind="bool")
+    eval_training_tasks: int = setting(24, "also measure this many of the RL training tasks themselves (the first, "
+                                       "round-robin over task types; 0: none) before and after RL (greedy, no "
+                                       "Global), reported apart from the panel as training games, never as unseen "
+                                       "ones", kind="int", lo=0)
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
     save_steps: int = setting(3, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",

@@ -222,7 +222,7 @@ def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, o
 
 def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """The panel before RL, once for the study (greedy on the shared model: every arm and seed would get the
-    same numbers); with ``eval_training_tasks`` also the RL training tasks (``before_train.json``)."""
+    same numbers); with ``eval_training_tasks`` also the first of the RL training tasks (``before_train.json``)."""
     from skillduet_plugin.runs.evaluate import evaluate_panel
     from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads, train_tasks
 
@@ -235,7 +235,7 @@ def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[st
     for target, split in wanted:
         if target.is_file():
             continue
-        tasks = panel(config) if split is None else train_tasks(config)
+        tasks = panel(config) if split is None else train_tasks(config)[:config.eval_training_tasks]
         results = evaluate_panel(net, tokenizer, config, tasks, None, conditions=("none",), log=say, split=split)
         results["panel"] = split or config.panel
         _atomic_json(target, results)

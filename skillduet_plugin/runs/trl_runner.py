@@ -225,9 +225,10 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         before = _before(run, "before", checkpoint is not None, config.eval_before,
                          lambda: measure(model, tokenizer, config, tasks_panel, run, label="before",
                                          conditions=("none",), log=say))
+        train_eval_ids = train_ids[:config.eval_training_tasks]
         before_train = _before(run, "before_train", checkpoint is not None,
-                               config.eval_before and config.eval_training_tasks,
-                               lambda: measure(model, tokenizer, config, train_ids, run, label="before_train",
+                               config.eval_before and bool(train_eval_ids),
+                               lambda: measure(model, tokenizer, config, train_eval_ids, run, label="before_train",
                                                conditions=("none",), log=_tagged(say, "training tasks"),
                                                split=config.train_split))
         timings["time/eval_before_s"] = time.time() - t0
@@ -253,16 +254,17 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
             after = measure(model, tokenizer, config, tasks_panel, run, label="after", conditions=conditions,
                             log=say)
         after_train = None
-        if config.eval_after and config.eval_training_tasks:
-            after_train = measure(model, tokenizer, config, train_ids, run, label="after_train",
+        if config.eval_after and train_eval_ids:
+            after_train = measure(model, tokenizer, config, train_eval_ids, run, label="after_train",
                                   conditions=("none",), log=_tagged(say, "training tasks"),
                                   split=config.train_split)
         timings["time/eval_after_s"] = time.time() - t0
         timings["time/total_s"] = time.time() - t_start
         summary = _summary(before, after, warm_info, timings)
         summary["panel"] = {"split": config.panel, "tasks": len(tasks_panel),
-                            "unseen": config.panel != config.train_split, "difference": paired_difference(before, after)}
-        summary["training_tasks"] = _training_summary(before_train, after_train, config, len(train_ids))
+                            "unseen": config.panel != config.train_split,
+                            "difference": paired_difference(before, after)}
+        summary["training_tasks"] = _training_summary(before_train, after_train, config, len(train_eval_ids))
         writer.write({"event": "summary", **summary})
         write_json(run.root / "summary.json", summary)
         from skillduet_plugin.runs.plots import plot_run
@@ -394,6 +396,6 @@ def _summary_line(s: dict[str, Any]) -> str:
 
 
 def _training_line(t: dict[str, Any]) -> str:
-    return (f"training tasks ({t['split']}, the {t['tasks']} games RL trained on) success before RL "
+    return (f"training tasks ({t['split']}, {t['tasks']} of the games RL trained on) success before RL "
             f"{_pct(t['success_before'])}; after RL {_pct(t['success_after'])}; after - before "
             f"{interval_text(t['difference'])}")

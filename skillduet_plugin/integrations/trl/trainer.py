@@ -89,9 +89,7 @@ class SkillDuetMixin:
                                        chat_template_kwargs=args.chat_template_kwargs,
                                        policy_model=self.accelerator.unwrap_model(self.model))
         self.lifecycle = lifecycle
-        if self.lifecycle is not None and self.skillduet.use_global and (
-                self.is_fsdp_enabled or getattr(self.accelerator.state, "deepspeed_plugin", None) is not None
-                and getattr(self.accelerator.state.deepspeed_plugin, "zero_stage", 0) == 3):
+        if self.lifecycle is not None and self.skillduet.use_global and self._sharded_weights():
             raise NotImplementedError("skill scoring runs on the main process only and needs whole weights: use "
                                       "DDP or ZeRO-1/2 with the TRL adapter (or the verl adapter for sharded training)")
         self.add_callback(SkillDuetCallback(self))
@@ -287,15 +285,43 @@ class SkillDuetMixin:
                        rows: torch.Tensor) -> torch.Tensor:
         """Teacher log-probs ``(batch, completion_len)`` of the sampled tokens, for rows with ``rows > 0``.
 
-        Uses TRL's own log-prob pass (fused head, autocast, temperature), so teacher and student numbers come
-        from the same computation and differ only by the prompt. Rows without a Local skill stay 0 (masked).
+        The lean pass (``core.logprobs.response_logprobs``): each selected row unpadded (teacher prompt + its
+        completion), rows right-padded into token-budget chunks so no attention mask is needed (the fused causal
+        attention path), the LM head only at completion positions. Its numbers are those of TRL's own log-prob
+        pass over the student rows (same temperature, head precision and autocast): equal to 1e-5 in float32 on
+        CPU (tested); in bf16 on a GPU the two differ by rounding (different kernels and padding), as any two
+        forwards do. Rows without a Local skill stay 0 (masked). Sharded weights (FSDP, ZeRO-3) take TRL's pass.
         """
-        from trl.models.utils import disable_gradient_checkpointing
-
         out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
         idx = torch.nonzero(rows > 0).flatten()
         if idx.numel() == 0:
             return out
+        if self._sharded_weights():
+            return self._teacher_logps_trl(model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx)
+        from trl.models.utils import disable_gradient_checkpointing
+
+        policy = self.accelerator.unwrap_model(model)
+        lengths = completion_mask[idx].sum(dim=1).tolist()  # right-padded completions: the mask is a prefix
+        p_ids, p_mask, c_ids = prompt_ids[idx].tolist(), prompt_mask[idx].bool().tolist(), completion_ids[idx].tolist()
+        contexts = [[t for t, m in zip(ids, keep) if m] for ids, keep in zip(p_ids, p_mask)]
+        responses = [ids[:n] for ids, n in zip(c_ids, lengths)]
+        with torch.no_grad(), self.accelerator.autocast(), \
+                disable_gradient_checkpointing(policy, self.args.gradient_checkpointing_kwargs):
+            values = response_logprobs(policy, contexts, responses, token_budget=self.args.logprob_token_budget,
+                                       pad_token_id=self.chat.pad_token_id, temperature=self.args.temperature,
+                                       head_fp32=bool(getattr(self.args, "cast_lm_head_to_fp32", False)))
+        for i, v in zip(idx.tolist(), values):
+            out[i, :v.shape[0]] = v.float()
+        return out
+
+    def _teacher_logps_trl(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                           completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                           idx: torch.Tensor) -> torch.Tensor:
+        """The teacher rows ``idx`` through TRL's own left-padded, attention-masked log-prob pass (the wrapped
+        model, so sharded weights are gathered by their wrapper)."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
         # Drop the columns of left padding no selected row needs.
         keep = int(prompt_mask[idx].sum(dim=1).max())
         ids = torch.cat([prompt_ids[idx, -keep:], completion_ids[idx]], dim=1)
@@ -307,6 +333,11 @@ class SkillDuetMixin:
                                                                   batch_size=batch_size)
         out[idx] = logps.float()
         return out
+
+    def _sharded_weights(self) -> bool:
+        """True under FSDP or DeepSpeed ZeRO-3, where a module's weights exist whole only inside its wrapper."""
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        return bool(self.is_fsdp_enabled or (plugin is not None and getattr(plugin, "zero_stage", 0) == 3))
 
     def _log_skill_metrics(self, mode: str, result: ExtractionResult, has_skill: torch.Tensor) -> None:
         share = self.accelerator.gather(has_skill.mean()[None]).mean().item()

@@ -47,6 +47,20 @@ def test_lean_teacher_pass_equals_trls_log_prob_pass(make_trainer, temperature):
         assert (lean[i, :lengths[i]] < 0).all()
 
 
+def test_forward_stops_at_the_last_needed_position(make_trainer):
+    trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False})
+    p_ids, p_mask, c_ids, c_mask, lengths = _ragged_batch(trainer.model.config.vocab_size, trainer.chat.pad_token_id)
+    rows = torch.ones(5)
+    needed = c_mask.float().clone()
+    needed[0, 4:] = 0  # row 0: an unsupervised tail (the environment's last reply)
+    needed[2, 3:8] = 0  # row 2: a gap, then supervised again
+    full = trainer._teacher_logps(trainer.model, p_ids, p_mask, c_ids, c_mask, rows)
+    cut = trainer._teacher_logps(trainer.model, p_ids, p_mask, c_ids, c_mask, rows, needed=needed)
+    torch.testing.assert_close(cut * needed, full * needed, atol=1e-5, rtol=0)
+    assert (cut[0, 4:] == 0).all() and (full[0, 4:lengths[0]] != 0).all()  # the tail was not computed
+    assert (cut[2, :lengths[2]] != 0).all()  # a gap does not cut the row
+
+
 def test_sharded_weights_take_trls_pass(make_trainer, monkeypatch):
     trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False})
     p_ids, p_mask, c_ids, c_mask, _ = _ragged_batch(trainer.model.config.vocab_size, trainer.chat.pad_token_id)

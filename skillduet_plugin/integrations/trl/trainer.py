@@ -188,7 +188,8 @@ class SkillDuetMixin:
                 output["opd_teacher_prompt_ids"], output["opd_teacher_prompt_mask"] = tp_ids, tp_mask
             else:
                 output["opd_teacher_logps"] = self._teacher_logps(
-                    self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill)
+                    self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill,
+                    needed=output["opd_mask"])
         return output
 
     def _trajectories(self, output: dict[str, Any], step: int) -> list[Trajectory]:
@@ -282,8 +283,12 @@ class SkillDuetMixin:
 
     def _teacher_logps(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                        completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                       rows: torch.Tensor) -> torch.Tensor:
+                       rows: torch.Tensor, needed: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher log-probs ``(batch, completion_len)`` of the sampled tokens, for rows with ``rows > 0``.
+
+        ``needed`` (optional, ``(batch, completion_len)``, the OPD mask): the positions whose values are read;
+        each row's forward stops at its last needed position (the environment's reply after a final action is
+        never supervised), and positions after it stay 0.
 
         The lean pass (``core.logprobs.response_logprobs``): each selected row unpadded (teacher prompt + its
         completion), rows right-padded into token-budget chunks so no attention mask is needed (the fused causal
@@ -301,7 +306,11 @@ class SkillDuetMixin:
         from trl.models.utils import disable_gradient_checkpointing
 
         policy = self.accelerator.unwrap_model(model)
-        lengths = completion_mask[idx].sum(dim=1).tolist()  # right-padded completions: the mask is a prefix
+        lengths = completion_mask[idx].sum(dim=1)  # right-padded completions: the mask is a prefix
+        if needed is not None:
+            cols = torch.arange(1, needed.shape[1] + 1, device=needed.device)
+            lengths = torch.minimum(lengths, ((needed[idx] > 0) * cols).amax(dim=1).to(lengths.device))
+        lengths = lengths.tolist()
         p_ids, p_mask, c_ids = prompt_ids[idx].tolist(), prompt_mask[idx].bool().tolist(), completion_ids[idx].tolist()
         contexts = [[t for t, m in zip(ids, keep) if m] for ids, keep in zip(p_ids, p_mask)]
         responses = [ids[:n] for ids, n in zip(c_ids, lengths)]
@@ -366,7 +375,8 @@ class SkillDuetMixin:
         teacher = inputs.get("opd_teacher_logps")
         if teacher is None:
             teacher = self._teacher_logps(model, inputs["opd_teacher_prompt_ids"], inputs["opd_teacher_prompt_mask"],
-                                          inputs["completion_ids"], inputs["completion_mask"], mask.sum(dim=1))
+                                          inputs["completion_ids"], inputs["completion_mask"], mask.sum(dim=1),
+                                          needed=mask)
         self._opd_capture, self._captured_logps = True, None
         try:
             loss = super()._compute_loss(model, inputs)

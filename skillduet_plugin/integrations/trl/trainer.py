@@ -30,6 +30,7 @@ from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
+from skillduet_plugin.integrations.trl.teacher import left_pad, lean_teacher_logps, trl_teacher_logps
 from skillduet_plugin.rollout.collector import to_trajectory
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
@@ -183,7 +184,7 @@ class SkillDuetMixin:
             # hands it unsplit to each micro-batch, as it does num_items_in_batch).
             output["opd_num_items"] = self.accelerator.gather(
                 opd_denominator(output["opd_mask"], cfg.opd_agg).reshape(1)).sum()
-            tp_ids, tp_mask = _left_pad(teacher_prompts, self.chat.pad_token_id, device)
+            tp_ids, tp_mask = left_pad(teacher_prompts, self.chat.pad_token_id, device)
             if self.args.teacher_at == "loss":
                 output["opd_teacher_prompt_ids"], output["opd_teacher_prompt_mask"] = tp_ids, tp_mask
             else:
@@ -284,64 +285,17 @@ class SkillDuetMixin:
     def _teacher_logps(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                        completion_ids: torch.Tensor, completion_mask: torch.Tensor,
                        rows: torch.Tensor, needed: torch.Tensor | None = None) -> torch.Tensor:
-        """Teacher log-probs ``(batch, completion_len)`` of the sampled tokens, for rows with ``rows > 0``.
-
-        ``needed`` (optional, ``(batch, completion_len)``, the OPD mask): the positions whose values are read;
-        each row's forward stops at its last needed position (the environment's reply after a final action is
-        never supervised), and positions after it stay 0.
-
-        The lean pass (``core.logprobs.response_logprobs``): each selected row unpadded (teacher prompt + its
-        completion), rows right-padded into token-budget chunks so no attention mask is needed (the fused causal
-        attention path), the LM head only at completion positions. Its numbers are those of TRL's own log-prob
-        pass over the student rows (same temperature, head precision and autocast): equal to 1e-5 in float32 on
-        CPU (tested); in bf16 on a GPU the two differ by rounding (different kernels and padding), as any two
-        forwards do. Rows without a Local skill stay 0 (masked). Sharded weights (FSDP, ZeRO-3) take TRL's pass.
-        """
-        out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
+        """Teacher log-probs ``(batch, completion_len)`` of the rows with ``rows > 0`` (the others stay 0):
+        the lean pass (``teacher.lean_teacher_logps``), or TRL's own pass when the weights are sharded."""
         idx = torch.nonzero(rows > 0).flatten()
-        if idx.numel() == 0:
-            return out
-        if self._sharded_weights():
+        if idx.numel() and self._sharded_weights():
             return self._teacher_logps_trl(model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx)
-        from trl.models.utils import disable_gradient_checkpointing
-
-        policy = self.accelerator.unwrap_model(model)
-        lengths = completion_mask[idx].sum(dim=1)  # right-padded completions: the mask is a prefix
-        if needed is not None:
-            cols = torch.arange(1, needed.shape[1] + 1, device=needed.device)
-            lengths = torch.minimum(lengths, ((needed[idx] > 0) * cols).amax(dim=1).to(lengths.device))
-        lengths = lengths.tolist()
-        p_ids, p_mask, c_ids = prompt_ids[idx].tolist(), prompt_mask[idx].bool().tolist(), completion_ids[idx].tolist()
-        contexts = [[t for t, m in zip(ids, keep) if m] for ids, keep in zip(p_ids, p_mask)]
-        responses = [ids[:n] for ids, n in zip(c_ids, lengths)]
-        with torch.no_grad(), self.accelerator.autocast(), \
-                disable_gradient_checkpointing(policy, self.args.gradient_checkpointing_kwargs):
-            values = response_logprobs(policy, contexts, responses, token_budget=self.args.logprob_token_budget,
-                                       pad_token_id=self.chat.pad_token_id, temperature=self.args.temperature,
-                                       head_fp32=bool(getattr(self.args, "cast_lm_head_to_fp32", False)))
-        for i, v in zip(idx.tolist(), values):
-            out[i, :v.shape[0]] = v.float()
-        return out
+        return lean_teacher_logps(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx, needed)
 
     def _teacher_logps_trl(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                            completion_ids: torch.Tensor, completion_mask: torch.Tensor,
                            idx: torch.Tensor) -> torch.Tensor:
-        """The teacher rows ``idx`` through TRL's own left-padded, attention-masked log-prob pass (the wrapped
-        model, so sharded weights are gathered by their wrapper)."""
-        from trl.models.utils import disable_gradient_checkpointing
-
-        out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
-        # Drop the columns of left padding no selected row needs.
-        keep = int(prompt_mask[idx].sum(dim=1).max())
-        ids = torch.cat([prompt_ids[idx, -keep:], completion_ids[idx]], dim=1)
-        attn = torch.cat([prompt_mask[idx, -keep:], completion_mask[idx]], dim=1)
-        batch_size = self.args.per_device_train_batch_size if self.model.training else \
-            self.args.per_device_eval_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, completion_ids.size(1),
-                                                                  batch_size=batch_size)
-        out[idx] = logps.float()
-        return out
+        return trl_teacher_logps(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx)
 
     def _sharded_weights(self) -> bool:
         """True under FSDP or DeepSpeed ZeRO-3, where a module's weights exist whole only inside its wrapper."""
@@ -468,13 +422,3 @@ def _pinned(global_version: int | None) -> dict[str, int]:
     # The teacher sees the Global version the student rolled out with, even if the bank moved on since.
     return {} if global_version is None else {"global_version": global_version}
 
-
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
-            mask[i, width - len(r):] = 1
-    return ids.to(device), mask.to(device)

@@ -1,0 +1,166 @@
+"""Per-group Local extraction and teacher prefills during verl's rollout (``skillduet.teacher_logprobs=rollout``
+or ``compare``): the bookkeeping between the prompts verl submits, the groups its replay buffer sees finish, and
+the step's batch.
+
+verl's V1 sync trainer submits the step's prompts, then its replay buffer polls TransferQueue until enough
+prompt groups are terminal. Every poll, the trainer looks for *task groups* (``Trajectory.group_key``: every
+prompt of one task in this step) whose prompts are all terminal, and right away analyses that group (the
+lifecycle's ``analyze``: the same per-group analyzer jobs a whole-step extraction runs) and sends its teacher
+prefill requests to the rollout servers, which answer them next to the episodes still being played. At the
+step's old-log-prob phase the trainer takes the work of every task group whose trajectories are exactly the
+batch's, extracts the rest as before, and merges (``skills.extract.merge_extractions``): the step's skills and
+teacher rows equal the whole-batch path's (tested), only issued earlier.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GroupWork:
+    """One task group analysed during the rollout: its trajectory keys, the extraction part and the teacher
+    prefill requests (``requests[key] = (context, response)``) with the future of their values, in order."""
+
+    task_id: str
+    keys: frozenset[str]
+    part: tuple[Any, Any]
+    requests: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+    future: concurrent.futures.Future | None = None
+
+
+class GroupPrefetch:
+    """Which prompts of this step belong to which task, which task groups are complete, and their work."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.task_of_uid: dict[str, str] = {}
+        self.started: set[str] = set()  # task ids whose group work has been started (or given up) this step
+        self.work: dict[str, GroupWork] = {}
+
+    def submitted(self, uids: Sequence[str], task_ids: Sequence[Any], step: int) -> None:
+        """Prompts handed to the rollout for ``step`` (several calls per step when verl refills)."""
+        if step != self.step:
+            self.reset(step)
+        for uid, task in zip(uids, task_ids):
+            if task is not None:
+                self.task_of_uid[str(uid)] = str(task)
+
+    def reset(self, step: int | None = None) -> None:
+        for work in self.work.values():
+            if work.future is not None:
+                work.future.cancel()
+        self.step, self.task_of_uid, self.started, self.work = step, {}, set(), {}
+
+    def ready(self, terminal_uids: Iterable[str], step: int) -> list[tuple[str, set[str]]]:
+        """``(task_id, uids)`` of the task groups of ``step`` whose prompts are all terminal and not yet started."""
+        if step != self.step:
+            return []
+        terminal = set(terminal_uids)
+        uids_of: dict[str, set[str]] = {}
+        for uid, task in self.task_of_uid.items():
+            uids_of.setdefault(task, set()).add(uid)
+        return [(task, uids) for task, uids in sorted(uids_of.items())
+                if task not in self.started and uids <= terminal]
+
+    def add(self, work: GroupWork) -> None:
+        self.started.add(work.task_id)
+        self.work[work.task_id] = work
+
+    def take(self, keys_by_task: dict[str, set[str]], step: int) -> list[GroupWork]:
+        """The work of every task group whose trajectory keys are exactly the batch's for that task (anything
+        else, e.g. a group verl evicted or refilled after it was analysed, is redone from the batch); clears the
+        step's state."""
+        taken = []
+        if step == self.step:
+            for task, keys in keys_by_task.items():
+                work = self.work.get(task)
+                if work is not None and work.keys == frozenset(keys):
+                    taken.append(work)
+        left = [w for w in self.work.values() if w not in taken]
+        for work in left:
+            if work.future is not None:
+                work.future.cancel()
+        self.task_of_uid, self.started, self.work = {}, set(), {}
+        return taken
+
+
+def watch_replay_buffer(buffer: Any, on_poll: Callable[[Any], None]) -> Any:
+    """Call ``on_poll(buffer)`` after each of the replay buffer's TransferQueue metadata syncs (every poll of
+    its ``sample`` loop, in the trainer's thread, while the rollout runs in the agent loop workers)."""
+    sync = buffer._sync_metadata_from_transfer_queue
+
+    def synced() -> None:
+        sync()
+        on_poll(buffer)
+
+    buffer._sync_metadata_from_transfer_queue = synced
+    return buffer
+
+
+def terminal_uids(buffer: Any, partition: str = "train") -> set[str]:
+    """Prompt uids whose every session has ended (verl's ``finished`` and ``failure`` groups)."""
+    return set(buffer.finished_keys.get(partition, ())) | set(buffer.failure_keys.get(partition, ()))
+
+
+def start_group(task_id: str, keys: Sequence[str], data: Any, *, lifecycle: Any, chat: Any, step: int,
+                submit: Callable[[list[list[int]], list[list[int]]], concurrent.futures.Future]) -> GroupWork:
+    """Analyse one complete task group and send its teacher prefills (``submit(contexts, responses)``).
+
+    ``data``: the group's TransferQueue fields ``prompts``, ``responses``, ``response_mask``, ``extra_fields``
+    (rows in ``keys`` order).
+    """
+    from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list, skillduet_record,
+                                                          tensor_rows)
+    from skillduet_plugin.integrations.verl.teacher import plan_teacher_batch
+
+    prompts, responses = tensor_rows(data["prompts"]), tensor_rows(data["responses"])
+    masks = tensor_rows(data["response_mask"])
+    records = [skillduet_record(x) for x in non_tensor_list(data["extra_fields"])]
+    trajectories = build_trajectories(list(keys), records, prompts, responses, masks, None, step=step)
+    part = lifecycle.analyze([t for _, t in trajectories], step)
+    plan = plan_teacher_batch([p.tolist() for p in prompts], [r.tolist() for r in responses], trajectories, part[0],
+                              lifecycle, chat)
+    rows = [i for i, ok in enumerate(plan.has_skill) if ok]
+    work = GroupWork(task_id, frozenset(keys), part, {keys[i]: (plan.contexts[i], plan.responses[i]) for i in rows})
+    if rows:
+        work.future = submit([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
+    return work
+
+
+def prefetched_rows(works: Sequence[GroupWork], contexts: Sequence[Sequence[int]],
+                    responses: Sequence[Sequence[int]], key_of_row: dict[int, str], rows: Sequence[int]) -> dict:
+    """``{row: log-probs}`` of the batch rows whose teacher request was already sent for their group with the
+    same tokens (waits for the answers). A request that failed is logged and left for the batch path."""
+    values: dict[str, tuple[tuple[list[int], list[int]], Any]] = {}
+    for work in works:
+        if work.future is None:
+            continue
+        try:
+            answers = work.future.result()
+        except Exception as exc:  # noqa: BLE001 - the rows are requested again from the batch path
+            logger.warning("skillduet: the teacher prefills of task group %s failed (%s); requesting them again",
+                           work.task_id, exc)
+            continue
+        for key, answer in zip(work.requests, answers):
+            values[key] = (work.requests[key], answer)
+    out = {}
+    for row in rows:
+        hit = values.get(key_of_row.get(row, ""))
+        if hit is not None and hit[0] == (list(contexts[row]), list(responses[row])):
+            out[row] = hit[1]
+    return out
+
+
+def uid_of(key: str) -> str:
+    """The prompt uid of a TransferQueue trajectory key ``{uid}_{session}_{index}``."""
+    return key.split("_")[0]
+
+
+__all__ = ["GroupPrefetch", "GroupWork", "prefetched_rows", "start_group", "terminal_uids", "uid_of",
+           "watch_replay_buffer"]

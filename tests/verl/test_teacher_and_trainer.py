@@ -403,3 +403,18 @@ def test_group_work_is_used_only_for_the_exact_trajectories_of_the_batch():
     taken = groups.take({"t1": {"ua_0_0", "uc_0_0"}, "t2": {"ub_0_0", "ub_1_0"}}, step=3)
     assert [w.task_id for w in taken] == ["t1"]  # t2's batch holds a trajectory its group work never saw
     assert groups.work == {} and groups.take({"t1": {"ua_0_0", "uc_0_0"}}, step=3) == []
+
+
+def test_a_group_without_trajectories_is_left_to_the_batch(monkeypatch, tiny_tokenizer, tmp_path, caplog):
+    """verl marks a group terminal (``failure``) when every session failed: nothing to fetch, no warning."""
+    from skillduet_plugin.integrations.verl.settings import parse_settings
+
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle())
+    trainer.skillduet = parse_settings({"opd_coef": 0.5, "teacher_logprobs": "rollout"})
+    trainer._groups.submitted(["ua"], ["toy-3"], trainer.global_steps)
+    buffer = FakeReplayBuffer([["ua"]], [])
+    buffer.failure_keys["train"] = {"ua"}
+    trainer._tq_get_keys = lambda keys, fields: pytest.fail("nothing to fetch")
+    buffer._sync_metadata_from_transfer_queue()
+    trainer._on_rollout_poll(buffer)
+    assert trainer._groups.work == {} and "failed" not in caplog.text

@@ -12,8 +12,9 @@ The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and res
 ``skillduet.teacher_logprobs=rollout`` computes the teacher and extra scoring rows with prefill requests to the
 rollout servers (``server_logprobs.py``) instead of the actor's FSDP forward: the replicas serve theta_old after
 every sync. The sync trainer sleeps the replicas right after sampling, so with the option on that sleep is
-deferred to the end of the advantage phase (after scoring). The requests go out as one concurrent batch right after
-extraction, not per group during the rollout: extraction runs in the trainer after verl hands over the whole batch.
+deferred to the end of the advantage phase (after scoring). Each task group is extracted and its teacher prefills
+are sent at the replay-buffer poll where the group is complete, while the rest of the rollout runs
+(``groups.py``); groups that complete at the last poll go with the batch.
 """
 
 from __future__ import annotations
@@ -172,6 +173,8 @@ class SkillDuetTrainer(PPOTrainerSync):
             return
         for task, uids in self._groups.ready(terminal_uids(buffer), self.global_steps):
             keys = sorted(k for k in buffer.partitions.get("train", {}) if uid_of(k) in uids)
+            if not keys:  # every session failed: verl evicts (and may refill) the group, nothing to analyse
+                continue
             try:
                 data = self._tq_get_keys(keys, ["prompts", "responses", "response_mask", "extra_fields"])
                 work = start_group(task, keys, data, lifecycle=self.lifecycle, chat=self.chat,

@@ -340,9 +340,18 @@ class FakeReplayBuffer:
         self.n += 1
 
 
-@pytest.mark.parametrize("polls", [[["ub"], ["ua", "ub"]], [["ub"]]],
-                         ids=["every-group-during-rollout", "last-group-with-the-batch"])
-def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatch, tiny_tokenizer, tmp_path, polls):
+PER_GROUP_CASES = {  # polls (terminal uids at each) -> poll log, extraction calls, groups / rows prefetched
+    "every-group-during-rollout": ([["ub"], ["ua", "ub"]], [(["ub"], 1), (["ua", "ub"], 2)],
+                                   [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], 2, 2),
+    "two-groups-at-one-poll": ([["ua", "ub"]], [(["ua", "ub"], 2)],
+                               [("analyze", ["ua_0_0", "ua_1_0", "ub_0_0"])], 2, 2),  # one analyzer call
+    "last-group-with-the-batch": ([["ub"]], [(["ub"], 1)],  # ua never seen complete: done with the batch
+                                  [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], 1, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(PER_GROUP_CASES))
+def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatch, tiny_tokenizer, tmp_path, case):
     """teacher_logprobs=rollout: a task group's extraction and teacher prefills start at the replay-buffer poll
     where all its prompts are done, before the other groups finish; the step's skills, teacher rows, OPD mask
     and scoring equal the whole-batch path's (the actor's, here), and no teacher row is requested twice."""
@@ -352,6 +361,7 @@ def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatc
 
     from skillduet_plugin.integrations.verl.settings import parse_settings
 
+    polls, poll_log, analyzed, groups, rows = PER_GROUP_CASES[case]
     chat = ChatTokenizer(tiny_tokenizer)
     monkeypatch.setattr(PPOTrainerSync, "on_sample_end", lambda self: None)
     keys = ("ua_0_0", "ua_1_0", "ub_0_0", "pad")  # verl's {uid}_{session}_{index}: ua = toy-3 x 2, ub = toy-0
@@ -363,18 +373,11 @@ def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatc
     trainer.skillduet = parse_settings({"opd_coef": 0.5, "teacher_logprobs": "rollout"})
     trainer._server_client, trainer.poll_log = FakePrefillClient(), []
     teacher, metrics = _step(trainer, chat, keys, polls=polls)
+    # every poll sent the prefills of the groups it saw complete (toy-0's while toy-3 was still rolling out)
+    assert trainer.poll_log == poll_log
     calls = [c for c in trainer.lifecycle.calls if c[0] in ("extract", "analyze", "record_extraction")]
-    if len(polls) == 2:
-        # toy-0's prefill went out at the first poll, while toy-3 (ua) was still rolling out
-        assert trainer.poll_log == [(["ub"], 1), (["ua", "ub"], 2)]
-        assert calls == [("analyze", ["ub_0_0"], 10), ("analyze", ["ua_0_0", "ua_1_0"], 10),
-                         ("record_extraction", ["ua_0_0", "ub_0_0"], 3, 10)]
-        assert metrics["skillduet/groups_prefetched"] == 2 and metrics["skillduet/teacher_rows_prefetched"] == 2
-    else:  # ua never finished before sampling returned: it is extracted and requested with the batch
-        assert trainer.poll_log == [(["ub"], 1)]
-        assert calls == [("analyze", ["ub_0_0"], 10), ("analyze", ["ua_0_0", "ua_1_0"], 10),
-                         ("record_extraction", ["ua_0_0", "ub_0_0"], 3, 10)]
-        assert metrics["skillduet/groups_prefetched"] == 1 and metrics["skillduet/teacher_rows_prefetched"] == 1
+    assert calls == [(name, ids, 10) for name, ids in analyzed] + [("record_extraction", ["ua_0_0", "ub_0_0"], 3, 10)]
+    assert metrics["skillduet/groups_prefetched"] == groups and metrics["skillduet/teacher_rows_prefetched"] == rows
     teacher_requests = [r for r, _ in trainer._server_client.requests[:2]]
     assert len(trainer._server_client.requests) == 2 + 3  # two teacher rows (never twice), three scoring rows
     assert len(set(map(tuple, teacher_requests))) == 2
@@ -398,11 +401,16 @@ def test_group_work_is_used_only_for_the_exact_trajectories_of_the_batch():
     assert groups.ready({"ua"}, 3) == [] and groups.ready({"ua", "ub"}, 4) == []  # t1 waits for uc; wrong step
     assert groups.ready({"ua", "ub", "uc"}, 3) == [("t1", {"ua", "uc"}), ("t2", {"ub"})]
     for task, keys in (("t1", {"ua_0_0", "uc_0_0"}), ("t2", {"ub_0_0"})):
-        groups.add(GroupWork(task, frozenset(keys), part=(None, None)))
+        groups.add(GroupWork((task,), frozenset(keys), part=(None, None)))
     assert groups.ready({"ua", "ub", "uc"}, 3) == []  # started once
     taken = groups.take({"t1": {"ua_0_0", "uc_0_0"}, "t2": {"ub_0_0", "ub_1_0"}}, step=3)
-    assert [w.task_id for w in taken] == ["t1"]  # t2's batch holds a trajectory its group work never saw
+    assert [w.task_ids for w in taken] == [("t1",)]  # t2's batch holds a trajectory its group work never saw
     assert groups.work == {} and groups.take({"t1": {"ua_0_0", "uc_0_0"}}, step=3) == []
+    # groups analysed together at one poll are used together or not at all
+    groups.submitted(["ua", "ub"], ["t1", "t2"], step=4)
+    groups.add(GroupWork(("t1", "t2"), frozenset({"ua_0_0", "ub_0_0"}), part=(None, None)))
+    assert groups.ready({"ua", "ub"}, 4) == []
+    assert groups.take({"t1": {"ua_0_0"}, "t2": {"ub_0_0", "ub_1_0"}}, step=4) == []
 
 
 def test_a_group_without_trajectories_is_left_to_the_batch(monkeypatch, tiny_tokenizer, tmp_path, caplog):

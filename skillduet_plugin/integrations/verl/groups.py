@@ -24,10 +24,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GroupWork:
-    """One task group analysed during the rollout: its trajectory keys, the extraction part and the teacher
-    prefill requests (``requests[key] = (context, response)``) with the future of their values, in order."""
+    """The task groups that became complete at one poll, analysed together (one analyzer call): their trajectory
+    keys, the extraction part and the teacher prefill requests (``requests[key] = (context, response)``) with the
+    future of their values, in order."""
 
-    task_id: str
+    task_ids: tuple[str, ...]
     keys: frozenset[str]
     part: tuple[Any, Any]
     requests: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
@@ -69,22 +70,21 @@ class GroupPrefetch:
                 if task not in self.started and uids <= terminal]
 
     def add(self, work: GroupWork) -> None:
-        self.started.add(work.task_id)
-        self.work[work.task_id] = work
+        for task in work.task_ids:
+            self.started.add(task)
+            self.work[task] = work
 
     def take(self, keys_by_task: dict[str, set[str]], step: int) -> list[GroupWork]:
         """The work of every task group whose trajectory keys are exactly the batch's for that task (anything
         else, e.g. a group verl evicted or refilled after it was analysed, is redone from the batch); clears the
         step's state."""
-        taken = []
-        if step == self.step:
-            for task, keys in keys_by_task.items():
-                work = self.work.get(task)
-                if work is not None and work.keys == frozenset(keys):
-                    taken.append(work)
-        left = [w for w in self.work.values() if w not in taken]
-        for work in left:
-            if work.future is not None:
+        taken: list[GroupWork] = []
+        works = list({id(w): w for w in self.work.values()}.values())
+        for work in works:
+            batch_keys = set().union(*(keys_by_task.get(task, set()) for task in work.task_ids))
+            if step == self.step and work.keys == frozenset(batch_keys):
+                taken.append(work)
+            elif work.future is not None:
                 work.future.cancel()
         self.task_of_uid, self.started, self.work = {}, set(), {}
         return taken
@@ -108,11 +108,12 @@ def terminal_uids(buffer: Any, partition: str = "train") -> set[str]:
     return set(buffer.finished_keys.get(partition, ())) | set(buffer.failure_keys.get(partition, ()))
 
 
-def start_group(task_id: str, keys: Sequence[str], data: Any, *, lifecycle: Any, chat: Any, step: int,
-                submit: Callable[[list[list[int]], list[list[int]]], concurrent.futures.Future]) -> GroupWork:
-    """Analyse one complete task group and send its teacher prefills (``submit(contexts, responses)``).
+def start_groups(task_ids: Sequence[str], keys: Sequence[str], data: Any, *, lifecycle: Any, chat: Any, step: int,
+                 submit: Callable[[list[list[int]], list[list[int]]], concurrent.futures.Future]) -> GroupWork:
+    """Analyse complete task groups (one analyzer call) and send their teacher prefills (``submit(contexts,
+    responses)``).
 
-    ``data``: the group's TransferQueue fields ``prompts``, ``responses``, ``response_mask``, ``extra_fields``
+    ``data``: the groups' TransferQueue fields ``prompts``, ``responses``, ``response_mask``, ``extra_fields``
     (rows in ``keys`` order).
     """
     from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list, skillduet_record,
@@ -127,7 +128,8 @@ def start_group(task_id: str, keys: Sequence[str], data: Any, *, lifecycle: Any,
     plan = plan_teacher_batch([p.tolist() for p in prompts], [r.tolist() for r in responses], trajectories, part[0],
                               lifecycle, chat)
     rows = [i for i, ok in enumerate(plan.has_skill) if ok]
-    work = GroupWork(task_id, frozenset(keys), part, {keys[i]: (plan.contexts[i], plan.responses[i]) for i in rows})
+    work = GroupWork(tuple(task_ids), frozenset(keys), part,
+                     {keys[i]: (plan.contexts[i], plan.responses[i]) for i in rows})
     if rows:
         work.future = submit([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
     return work
@@ -144,8 +146,8 @@ def prefetched_rows(works: Sequence[GroupWork], contexts: Sequence[Sequence[int]
         try:
             answers = work.future.result()
         except Exception as exc:  # noqa: BLE001 - the rows are requested again from the batch path
-            logger.warning("skillduet: the teacher prefills of task group %s failed (%s); requesting them again",
-                           work.task_id, exc)
+            logger.warning("skillduet: the teacher prefills of task groups %s failed (%s); requesting them again",
+                           ", ".join(work.task_ids), exc)
             continue
         for key, answer in zip(work.requests, answers):
             values[key] = (work.requests[key], answer)
@@ -162,5 +164,5 @@ def uid_of(key: str) -> str:
     return key.split("_")[0]
 
 
-__all__ = ["GroupPrefetch", "GroupWork", "prefetched_rows", "start_group", "terminal_uids", "uid_of",
+__all__ = ["GroupPrefetch", "GroupWork", "prefetched_rows", "start_groups", "terminal_uids", "uid_of",
            "watch_replay_buffer"]

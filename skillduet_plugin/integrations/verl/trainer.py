@@ -14,7 +14,7 @@ rollout servers (``server_logprobs.py``) instead of the actor's FSDP forward: th
 every sync. The sync trainer sleeps the replicas right after sampling, so with the option on that sleep is
 deferred to the end of the advantage phase (after scoring). Each task group is extracted and its teacher prefills
 are sent at the replay-buffer poll where the group is complete, while the rest of the rollout runs
-(``groups.py``); groups that complete at the last poll go with the batch.
+(``groups.py``); a group that completes at the poll where sampling ends is handled at that poll.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested
 from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
                                                      opd_token_weights)
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, prefetched_rows, start_group, terminal_uids,
+from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, prefetched_rows, start_groups, terminal_uids,
                                                        uid_of, watch_replay_buffer)
 from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, gather_prefills, max_abs_diff,
                                                                 opd_loss_gap, server_response_logprobs, strength_gap)
@@ -171,19 +171,20 @@ class SkillDuetTrainer(PPOTrainerSync):
         """Every poll of verl's replay buffer: start the work of each task group that just became complete."""
         if not self._prefetching() or self.lifecycle is None:
             return
-        for task, uids in self._groups.ready(terminal_uids(buffer), self.global_steps):
-            keys = sorted(k for k in buffer.partitions.get("train", {}) if uid_of(k) in uids)
-            if not keys:  # every session failed: verl evicts (and may refill) the group, nothing to analyse
-                continue
-            try:
-                data = self._tq_get_keys(keys, ["prompts", "responses", "response_mask", "extra_fields"])
-                work = start_group(task, keys, data, lifecycle=self.lifecycle, chat=self.chat,
-                                   step=self.global_steps, submit=self._submit_prefills)
-            except Exception:  # noqa: BLE001 - never break verl's sampling: the batch path redoes this group
-                logger.warning("skillduet: per-group work of task %s failed; done with the batch", task, exc_info=True)
-                self._groups.started.add(task)
-                continue
-            self._groups.add(work)
+        tasks, uids = [], set()
+        for task, task_uids in self._groups.ready(terminal_uids(buffer), self.global_steps):
+            tasks.append(task)
+            uids |= task_uids
+        keys = sorted(k for k in buffer.partitions.get("train", {}) if uid_of(k) in uids)
+        if not keys:  # none ready, or every session failed (verl evicts and may refill such a group)
+            return
+        try:
+            data = self._tq_get_keys(keys, ["prompts", "responses", "response_mask", "extra_fields"])
+            self._groups.add(start_groups(tasks, keys, data, lifecycle=self.lifecycle, chat=self.chat,
+                                          step=self.global_steps, submit=self._submit_prefills))
+        except Exception:  # noqa: BLE001 - never break verl's sampling: the batch path redoes these groups
+            logger.warning("skillduet: per-group work of %s failed; done with the batch", tasks, exc_info=True)
+            self._groups.started.update(tasks)
 
     def _submit_prefills(self, contexts: list[list[int]], responses: list[list[int]]):
         if getattr(self, "_server_client", None) is None:
@@ -266,7 +267,7 @@ class SkillDuetTrainer(PPOTrainerSync):
         self._scopes.update(t.scope for _, t in self._trajectories)
         with self._timer("skillduet_extract"):
             self._extraction = self._extract_step(self.global_steps)
-        metrics["skillduet/groups_prefetched"] = len(self._group_work)
+        metrics["skillduet/groups_prefetched"] = sum(len(work.task_ids) for work in self._group_work)
         metrics["skillduet/local_skills"] = len(self._extraction.skills)
         metrics["skillduet/extraction_failures"] = self._extraction.failures
         metrics["skillduet/trajectories"] = len(self._trajectories)

@@ -6,10 +6,11 @@ GRPO with ``config.preset("grpo")`` (no extraction, teacher, scoring or Global),
 (``preset("local_only")``: extraction + OPD teacher pass, no scoring or Global) to separate the teacher
 forward, which must exist, from the Strength scoring. Every game's engine cache is warmed first (untimed),
 then steps alternate in rotating order (A B C, B C A, ...) after a warm-up round; each step's ratio uses that
-round's pair. Both trainers sample with the same seed, but their policies drift apart after the first update, so episode lengths differ: the rollout phase (same code in both)
-is reported separately and ``overhead_excl_rollout`` compares the rest. SkillDuet scores with the default
-``heldout="teacher"`` (Strength from the teacher pass); ``--pairwise`` adds the pairwise estimator
-(``heldout="same_scope"``) as a fourth configuration. Headline: ``step_overhead`` = median(SkillDuet step) /
+round's pair. Both trainers sample with the same seed, but their policies drift apart after the first update,
+so episode lengths differ: the rollout phase (same code in both) is reported separately and
+``overhead_excl_rollout`` compares the rest. SkillDuet scores with the default ``heldout="teacher"`` (Strength
+from the teacher pass); ``--pairwise`` adds the pairwise estimator (``heldout="same_scope"``) as a fourth
+configuration. Headline: ``step_overhead`` = median(SkillDuet step) /
 median(GRPO step); ``pair_ratio_min/max`` is the spread of the per-round ratios.
 """
 

@@ -340,13 +340,14 @@ class FakeReplayBuffer:
         self.n += 1
 
 
-PER_GROUP_CASES = {  # polls (terminal uids at each) -> poll log, extraction calls, groups / rows prefetched
+PER_GROUP_CASES = {  # polls (terminal uids at each) -> poll log, extraction calls, groups (before the final poll)
+    # and teacher rows prefetched
     "every-group-during-rollout": ([["ub"], ["ua", "ub"]], [(["ub"], 1), (["ua", "ub"], 2)],
-                                   [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], 2, 2),
+                                   [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], (2, 1), 2),
     "two-groups-at-one-poll": ([["ua", "ub"]], [(["ua", "ub"], 2)],
-                               [("analyze", ["ua_0_0", "ua_1_0", "ub_0_0"])], 2, 2),  # one analyzer call
+                               [("analyze", ["ua_0_0", "ua_1_0", "ub_0_0"])], (2, 0), 2),  # one analyzer call
     "last-group-with-the-batch": ([["ub"]], [(["ub"], 1)],  # ua never seen complete: done with the batch
-                                  [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], 1, 1),
+                                  [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], (1, 0), 1),
 }
 
 
@@ -377,7 +378,8 @@ def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatc
     assert trainer.poll_log == poll_log
     calls = [c for c in trainer.lifecycle.calls if c[0] in ("extract", "analyze", "record_extraction")]
     assert calls == [(name, ids, 10) for name, ids in analyzed] + [("record_extraction", ["ua_0_0", "ub_0_0"], 3, 10)]
-    assert metrics["skillduet/groups_prefetched"] == groups and metrics["skillduet/teacher_rows_prefetched"] == rows
+    assert (metrics["skillduet/groups_prefetched"], metrics["skillduet/groups_prefetched_early"]) == groups
+    assert metrics["skillduet/teacher_rows_prefetched"] == rows
     teacher_requests = [r for r, _ in trainer._server_client.requests[:2]]
     assert len(trainer._server_client.requests) == 2 + 3  # two teacher rows (never twice), three scoring rows
     assert len(set(map(tuple, teacher_requests))) == 2

@@ -33,6 +33,7 @@ class GroupWork:
     part: tuple[Any, Any]
     requests: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     future: concurrent.futures.Future | None = None
+    poll: int = 0  # the replay-buffer poll of the step that started it (1, 2, ...)
 
 
 class GroupPrefetch:
@@ -43,6 +44,8 @@ class GroupPrefetch:
         self.task_of_uid: dict[str, str] = {}
         self.started: set[str] = set()  # task ids whose group work has been started (or given up) this step
         self.work: dict[str, GroupWork] = {}
+        self.polls = 0  # replay-buffer polls seen this step
+        self.last_early = 0  # task groups of the last take() started before the step's final poll
 
     def submitted(self, uids: Sequence[str], task_ids: Sequence[Any], step: int) -> None:
         """Prompts handed to the rollout for ``step`` (several calls per step when verl refills)."""
@@ -56,12 +59,14 @@ class GroupPrefetch:
         for work in self.work.values():
             if work.future is not None:
                 work.future.cancel()
-        self.step, self.task_of_uid, self.started, self.work = step, {}, set(), {}
+        self.step, self.task_of_uid, self.started, self.work, self.polls = step, {}, set(), {}, 0
 
     def ready(self, terminal_uids: Iterable[str], step: int) -> list[tuple[str, set[str]]]:
-        """``(task_id, uids)`` of the task groups of ``step`` whose prompts are all terminal and not yet started."""
+        """``(task_id, uids)`` of the task groups of ``step`` whose prompts are all terminal and not yet started
+        (called once per replay-buffer poll)."""
         if step != self.step:
             return []
+        self.polls += 1
         terminal = set(terminal_uids)
         uids_of: dict[str, set[str]] = {}
         for uid, task in self.task_of_uid.items():
@@ -70,6 +75,7 @@ class GroupPrefetch:
                 if task not in self.started and uids <= terminal]
 
     def add(self, work: GroupWork) -> None:
+        work.poll = self.polls
         for task in work.task_ids:
             self.started.add(task)
             self.work[task] = work
@@ -86,7 +92,8 @@ class GroupPrefetch:
                 taken.append(work)
             elif work.future is not None:
                 work.future.cancel()
-        self.task_of_uid, self.started, self.work = {}, set(), {}
+        self.last_early = sum(len(w.task_ids) for w in taken if w.poll < self.polls)
+        self.task_of_uid, self.started, self.work, self.polls = {}, set(), {}, 0
         return taken
 
 

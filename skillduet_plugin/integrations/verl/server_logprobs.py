@@ -165,5 +165,5 @@ def strength_gap(scores: Mapping[str, Mapping[str, Any]], reference: Mapping[str
     return out
 
 
-__all__ = ["BackgroundLoop", "PREFILL_PARAMS", "gather_prefills", "max_abs_diff", "opd_loss_gap", "prefill_logprobs", "response_slice", "run_coroutine",
-           "server_response_logprobs", "strength_gap"]
+__all__ = ["BackgroundLoop", "PREFILL_PARAMS", "gather_prefills", "max_abs_diff", "opd_loss_gap", "prefill_logprobs",
+           "response_slice", "run_coroutine", "server_response_logprobs", "strength_gap"]

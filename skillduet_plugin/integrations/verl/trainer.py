@@ -268,6 +268,7 @@ class SkillDuetTrainer(PPOTrainerSync):
         with self._timer("skillduet_extract"):
             self._extraction = self._extract_step(self.global_steps)
         metrics["skillduet/groups_prefetched"] = sum(len(work.task_ids) for work in self._group_work)
+        metrics["skillduet/groups_prefetched_early"] = self._groups.last_early  # before sampling's final poll
         metrics["skillduet/local_skills"] = len(self._extraction.skills)
         metrics["skillduet/extraction_failures"] = self._extraction.failures
         metrics["skillduet/trajectories"] = len(self._trajectories)

@@ -166,10 +166,31 @@ def prefetched_rows(works: Sequence[GroupWork], contexts: Sequence[Sequence[int]
     return out
 
 
+def keys_by_task(trajectories: Sequence[Any]) -> dict[str, set[str]]:
+    """The batch's trajectory keys (``traj_id``) of each task."""
+    out: dict[str, set[str]] = {}
+    for traj in trajectories:
+        out.setdefault(traj.task_id, set()).add(traj.traj_id)
+    return out
+
+
+def extract_step(lifecycle: Any, trajectories: Sequence[Any], works: Sequence[GroupWork], step: int) -> Any:
+    """The step's Local skills: the parts of ``works`` (task groups analysed during the rollout), the rest of
+    ``trajectories`` analysed now, merged and recorded once; without works, one ``lifecycle.extract``."""
+    from skillduet_plugin.skills.extract import merge_extractions
+
+    if not works:
+        return lifecycle.extract(list(trajectories), step)
+    done = {key for work in works for key in work.keys}
+    rest = [t for t in trajectories if t.traj_id not in done]
+    parts = [work.part for work in works] + ([lifecycle.analyze(rest, step)] if rest else [])
+    return lifecycle.record_extraction(*merge_extractions(parts), step)
+
+
 def uid_of(key: str) -> str:
     """The prompt uid of a TransferQueue trajectory key ``{uid}_{session}_{index}``."""
     return key.split("_")[0]
 
 
-__all__ = ["GroupPrefetch", "GroupWork", "prefetched_rows", "start_groups", "terminal_uids", "uid_of",
-           "watch_replay_buffer"]
+__all__ = ["GroupPrefetch", "GroupWork", "extract_step", "keys_by_task", "prefetched_rows", "start_groups",
+           "terminal_uids", "uid_of", "watch_replay_buffer"]

@@ -37,14 +37,13 @@ from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested
 from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
                                                      opd_token_weights)
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, prefetched_rows, start_groups, terminal_uids,
-                                                       uid_of, watch_replay_buffer)
+from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_step, keys_by_task, prefetched_rows,
+                                                       start_groups, terminal_uids, uid_of, watch_replay_buffer)
 from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, gather_prefills, max_abs_diff,
                                                                 opd_loss_gap, server_response_logprobs, strength_gap)
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
-from skillduet_plugin.skills.extract import merge_extractions
 from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
@@ -171,10 +170,8 @@ class SkillDuetTrainer(PPOTrainerSync):
         """Every poll of verl's replay buffer: start the work of each task group that just became complete."""
         if not self._prefetching() or self.lifecycle is None:
             return
-        tasks, uids = [], set()
-        for task, task_uids in self._groups.ready(terminal_uids(buffer), self.global_steps):
-            tasks.append(task)
-            uids |= task_uids
+        ready = self._groups.ready(terminal_uids(buffer), self.global_steps)
+        tasks, uids = [task for task, _ in ready], set().union(*(task_uids for _, task_uids in ready))
         keys = sorted(k for k in buffer.partitions.get("train", {}) if uid_of(k) in uids)
         if not keys:  # none ready, or every session failed (verl evicts and may refill such a group)
             return
@@ -187,22 +184,13 @@ class SkillDuetTrainer(PPOTrainerSync):
             self._groups.started.update(tasks)
 
     def _submit_prefills(self, contexts: list[list[int]], responses: list[list[int]]):
-        if getattr(self, "_server_client", None) is None:
-            self._server_client = self.llm_server_manager.get_client()
-        return self._prefill_loop.submit(gather_prefills(self._server_client, contexts, responses))
+        return self._prefill_loop.submit(gather_prefills(self._client(), contexts, responses))
 
     def _extract_step(self, step: int) -> ExtractionResult:
         """The step's Local skills: the task groups analysed during the rollout plus the rest, merged."""
-        keys_by_task: dict[str, set[str]] = {}
-        for _, traj in self._trajectories:
-            keys_by_task.setdefault(traj.task_id, set()).add(traj.traj_id)
-        self._group_work = self._groups.take(keys_by_task, step) if self._prefetching() else []
-        if not self._group_work:
-            return self.lifecycle.extract([t for _, t in self._trajectories], step)
-        done = {key for work in self._group_work for key in work.keys}
-        rest = [t for _, t in self._trajectories if t.traj_id not in done]
-        parts = [work.part for work in self._group_work] + ([self.lifecycle.analyze(rest, step)] if rest else [])
-        return self.lifecycle.record_extraction(*merge_extractions(parts), step)
+        trajectories = [t for _, t in self._trajectories]
+        self._group_work = self._groups.take(keys_by_task(trajectories), step) if self._prefetching() else []
+        return extract_step(self.lifecycle, trajectories, self._group_work, step)
 
     # ------------------------------------------------------------------ the step
     def _actor_dp_size(self) -> int:
@@ -225,10 +213,13 @@ class SkillDuetTrainer(PPOTrainerSync):
         gap = max_abs_diff(served, actor)
         self._check["logprob_max_abs_diff"] = max(self._check.get("logprob_max_abs_diff", 0.0), gap)
 
-    def _server_logprobs(self, contexts, responses) -> list[torch.Tensor]:
+    def _client(self) -> Any:
         if getattr(self, "_server_client", None) is None:
             self._server_client = self.llm_server_manager.get_client()
-        return server_response_logprobs(self._server_client, contexts, responses)
+        return self._server_client
+
+    def _server_logprobs(self, contexts, responses) -> list[torch.Tensor]:
+        return server_response_logprobs(self._client(), contexts, responses)
 
     def _actor_logprobs(self, contexts, responses) -> list[torch.Tensor]:
         # verl's engine splits each rank's rows into micro-batches of exactly log_prob_micro_batch_size_per_gpu

@@ -4,12 +4,13 @@ episodes, on CPU, with a per-phase breakdown (rollout, teacher pass, loss, extra
 All trainers are ``SkillDuetGRPOTrainer``: SkillDuet with the paper defaults and the offline analyzer,
 GRPO with ``config.preset("grpo")`` (no extraction, teacher, scoring or Global), and Local-only
 (``preset("local_only")``: extraction + OPD teacher pass, no scoring or Global) to separate the teacher
-forward, which must exist, from the Strength scoring. Steps alternate A B C A B C after a
-warm-up; each step's ratio uses that round's pair. Both trainers sample with the same seed, but their
-policies drift apart after the first update, so episode lengths differ: the rollout phase (same code in both)
-is reported separately and ``overhead_excl_rollout`` compares the rest. SkillDuet scores with the default
-``heldout="teacher"`` (Strength from the teacher pass); ``--pairwise`` adds the pairwise estimator
-(``heldout="same_scope"``) as a fourth configuration. Headline: ``step_overhead`` = median(SkillDuet step) /
+forward, which must exist, from the Strength scoring. Every game's engine cache is warmed first (untimed),
+then steps alternate in rotating order (A B C, B C A, ...) after a warm-up round; each step's ratio uses that
+round's pair. Both trainers sample with the same seed, but their policies drift apart after the first update,
+so episode lengths differ: the rollout phase (same code in both) is reported separately and
+``overhead_excl_rollout`` compares the rest. SkillDuet scores with the default ``heldout="teacher"`` (Strength
+from the teacher pass); ``--pairwise`` adds the pairwise estimator (``heldout="same_scope"``) as a fourth
+configuration. Headline: ``step_overhead`` = median(SkillDuet step) /
 median(GRPO step); ``pair_ratio_min/max`` is the spread of the per-round ratios.
 """
 
@@ -96,12 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         steppers = {name: _trainers.Stepper(_trainers.make_trainer(Path(tmp) / name, method, **common,
                                                                    skillduet_overrides=over))
                     for name, method, over in configs}
-        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in steppers}
-        for rnd in range(args.warmup + repeats):
-            for name, stepper in steppers.items():
-                phases = stepper.step()
-                if rnd >= args.warmup:
-                    rounds[name].append(phases)
+        _trainers.warm_env_caches(args.env)  # every game parsed once: no configuration pays cold loads
+        rounds = _trainers.alternate(steppers, args.warmup, repeats)
         # Consolidation runs every ``interval`` steps, so the timed steps above may hold none: time one on the
         # bank as it stands (the candidates of these steps) and amortise it over the interval.
         sd = steppers["skillduet"]

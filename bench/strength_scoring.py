@@ -64,16 +64,12 @@ def step_shares(args, repeats: int) -> dict:
                   tokens_per_turn=16, consolidation_interval=10)
     configs = [("skillduet", "skillduet", {}), ("skillduet_pairwise", "skillduet", {"heldout": "same_scope"}),
                ("grpo", "grpo", {})]
-    rounds: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-share-") as tmp:
         steppers = {name: _trainers.Stepper(_trainers.make_trainer(Path(tmp) / name, method, **common,
                                                                    skillduet_overrides=over))
                     for name, method, over in configs}
-        for rnd in range(args.warmup + repeats):
-            for name, stepper in steppers.items():
-                phases = stepper.step()
-                if rnd >= args.warmup:
-                    rounds[name].append(phases)
+        _trainers.warm_env_caches("alfworld")  # every game parsed once: no configuration pays cold loads
+        rounds = _trainers.alternate(steppers, args.warmup, repeats)
         metrics = steppers["skillduet"].trainer.lifecycle.metrics()
         for stepper in steppers.values():
             if getattr(stepper.trainer, "lifecycle", None) is not None:

@@ -32,6 +32,9 @@ PHASES = ("gen", "old_log_prob", "adv", "update_actor", "skillduet_extract", "sk
 def main(argv: list[str] | None = None) -> int:
     parser = _common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 4; smoke 2)")
+    parser.add_argument("--teacher-logprobs", default="actor", choices=("actor", "rollout"),
+                        help="SkillDuet's skillduet.teacher_logprobs: the actor's forward (default) or prefills on "
+                             "the rollout servers, sent per task group during the rollout")
     args = parser.parse_args(argv)
     from skillduet_plugin.testing.verl_cpu_run import read_metrics, run
 
@@ -41,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     per_step: dict[str, list[dict[str, float]]] = {"skillduet": [], "grpo": []}
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
         for rnd in range(repeats):
-            for name, overrides in (("skillduet", []), ("grpo", GRPO)):
+            sd = [f"skillduet.teacher_logprobs={args.teacher_logprobs}"] if args.teacher_logprobs != "actor" else []
+            for name, overrides in (("skillduet", sd), ("grpo", GRPO)):
                 out = Path(tmp) / f"{name}_{rnd}"
                 metrics = out / "metrics.jsonl"
                 code = run(out, steps=steps, save_freq=-1, metrics=str(metrics), overrides=overrides,
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     table = {name: {p: med(name, p) for p in PHASES} for name in per_step}
     ratio = table["skillduet"]["step"] / table["grpo"]["step"]
-    results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps"},
+    results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps",
+                            "teacher_logprobs": args.teacher_logprobs},
                "median_timing_s": table,
                "phase_ratios": {p: (table["skillduet"][p] / table["grpo"][p] if table["grpo"][p] else None)
                                 for p in PHASES},

@@ -16,6 +16,10 @@ import torch
 LogprobFn = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[torch.Tensor]]
 
 _HEAD_ROWS = 2048  # response positions per LM-head slice
+# Config fields with which a model's forward transforms the LM head's output (softcap, logit scaling); such
+# models are scored through their full forward so the log-probs are those of the model's own logits.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
+                     "logits_scaling")
 
 
 def plan_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -46,8 +50,8 @@ def _split_model(model: torch.nn.Module):
     if callable(get_base):  # a PEFT wrapper: its base model still runs with the adapters active
         model = get_base()
     config = getattr(model, "config", None)
-    if config is not None and getattr(config, "final_logit_softcapping", None):
-        return None
+    if config is not None and any(getattr(config, name, None) is not None for name in _LOGIT_TRANSFORMS):
+        return None  # the model's own forward rescales or caps its logits: read them from there
     get_head = getattr(model, "get_output_embeddings", None)
     decoder = getattr(model, "base_model", None)
     if get_head is None or decoder is None or decoder is model:
@@ -63,7 +67,8 @@ def _split_model(model: torch.nn.Module):
 
 def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
                       responses: Sequence[Sequence[int]], *, token_budget: int = 8192,
-                      pad_token_id: int = 0, temperature: float = 1.0) -> list[torch.Tensor]:
+                      pad_token_id: int = 0, temperature: float = 1.0,
+                      head_fp32: bool = False) -> list[torch.Tensor]:
     """Log-probs of each response's tokens given its context.
 
     Args:
@@ -74,6 +79,7 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
         token_budget: max padded tokens per forward.
         pad_token_id: id used for right padding (masked out by the attention mask).
         temperature: log-probs are of ``logits / temperature`` (TRL scales this way).
+        head_fp32: run the LM head in float32 outside autocast (TRL's ``cast_lm_head_to_fp32``).
 
     Returns:
         A list of float32 tensors, ``result[i]`` of shape ``(len(responses[i]),)``, on the model's device,
@@ -115,7 +121,7 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
             picked = hidden[rows_t, cols_t]
             pieces = []
             for k in range(0, picked.shape[0], _HEAD_ROWS):
-                logits = head(picked[k:k + _HEAD_ROWS]).float() / temperature
+                logits = _head(head, picked[k:k + _HEAD_ROWS], head_fp32) / temperature
                 tgt = targets_t[k:k + _HEAD_ROWS]
                 pieces.append(logits.gather(-1, tgt[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1))
             flat = torch.cat(pieces) if pieces else torch.zeros(0, device=device)
@@ -129,6 +135,15 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
             results[i] = flat[offset: offset + n]
             offset += n
     return [r if r is not None else torch.zeros(0, device=device) for r in results]
+
+
+def _head(head: torch.nn.Linear, hidden: torch.Tensor, fp32: bool) -> torch.Tensor:
+    """Float32 logits of ``hidden`` rows; with ``fp32`` the projection itself runs in float32 (no autocast)."""
+    if not fp32:
+        return head(hidden).float()
+    bias = None if head.bias is None else head.bias.float()
+    with torch.autocast(hidden.device.type, enabled=False):
+        return torch.nn.functional.linear(hidden.float(), head.weight.float(), bias)
 
 
 def pad_logprobs(values: Sequence[torch.Tensor], length: int | None = None,

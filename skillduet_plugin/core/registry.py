@@ -9,6 +9,7 @@ module that implements the thing and heavy modules are imported only when asked 
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from skillduet_plugin.core.settings import ConfigError
@@ -31,6 +32,8 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._discover = discover
         self._discovered = discover is None
+        self._discovering = False
+        self._lock = threading.RLock()
 
     def register(self, name: str, value: Any = None, *, replace: bool = False) -> Any:
         """``@registry.register(name)`` above a definition, or ``registry.register(name, value)``; registering
@@ -69,10 +72,20 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def _load(self) -> None:
-        if not self._discovered:
-            self._discovered = True  # first, so that a discovered module may look names up while registering
-            assert self._discover is not None
-            self._discover()
+        if self._discovered:
+            return
+        # Other threads wait here until discovery is complete (verl's agent loop makes environments from several
+        # executor threads at once: one saw a half-filled registry); the discovering thread itself may look
+        # names up while registering and gets what is registered so far.
+        with self._lock:
+            if self._discovered or self._discovering:
+                return
+            self._discovering = True
+            try:
+                assert self._discover is not None
+                self._discover()
+            finally:
+                self._discovering, self._discovered = False, True
 
 
 __all__ = ["Registry", "UnknownNameError"]

@@ -159,3 +159,37 @@ def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *
     stats.skills = len(result.skills)
     stats.assigned = len(result.assignment)
     return result, stats
+
+
+def merge_extractions(parts: Sequence[tuple[ExtractionResult, ExtractionStats]]) -> tuple[ExtractionResult,
+                                                                                          ExtractionStats]:
+    """One step's extraction from parts that each analysed whole rollout groups (``group_key``), e.g. groups
+    analysed as soon as they were complete plus the rest at the end of the rollout.
+
+    Equal to one ``extract_local`` call over all the parts' trajectories: jobs are per group, skills are taken
+    in group order, and the same advice text found in two parts is one skill with both parts' sources (their
+    order may differ from a single call's; they are used as a set) and both assignments.
+    """
+    result, stats = ExtractionResult(), ExtractionStats()
+    by_id: dict[str, Skill] = {}
+    skills = [s for part, _ in parts for s in part.skills]
+    for skill in sorted(skills, key=lambda s: f"{s.step}:{(s.metadata or {}).get('task_id', '')}"):
+        known = by_id.get(skill.skill_id)
+        if known is None:
+            by_id[skill.skill_id] = skill
+            result.skills.append(skill)
+        else:
+            known.source_traj_ids = tuple(dict.fromkeys(known.source_traj_ids + skill.source_traj_ids))
+    for part, part_stats in parts:
+        result.assignment.update(part.assignment)
+        result.failures += part.failures
+        result.rejected.extend(part.rejected)
+        stats.trajectories += part_stats.trajectories
+        stats.requests += part_stats.requests
+        stats.rejected += part_stats.rejected
+        for reason, n in part_stats.skipped.items():
+            stats.skipped[reason] = stats.skipped.get(reason, 0) + n
+    stats.failures = result.failures
+    stats.skills = len(result.skills)
+    stats.assigned = len(result.assignment)
+    return result, stats

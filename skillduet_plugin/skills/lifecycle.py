@@ -21,7 +21,7 @@ from skillduet_plugin.core.logprobs import LogprobFn
 from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
-from skillduet_plugin.skills.extract import extract_local
+from skillduet_plugin.skills.extract import ExtractionStats, extract_local
 from skillduet_plugin.skills.inject import (GLOBAL_HEADER, LOCAL_HEADER, global_messages, insert_sections,
                                            skill_section)
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
@@ -165,9 +165,18 @@ class SkillLifecycle:
         With ``extract_local`` off (plain GRPO) nothing is analysed and the result is empty."""
         if not self.config.extract_local:
             return ExtractionResult()
-        result, stats = extract_local(trajectories, step, self.analyzer, max_chars=self.config.max_skill_chars,
-                                      special_tokens=self._special_tokens, env=self.env,
-                                      render_tokens=self.render_tokens, tokenizer=self.tokenizer)
+        return self.record_extraction(*self.analyze(trajectories, step), step)
+
+    def analyze(self, trajectories: Sequence[Trajectory], step: int) -> tuple[ExtractionResult, ExtractionStats]:
+        """The analyzer's Local skills for ``trajectories`` without touching the bank or the counters: part of a
+        step extracted early (e.g. one rollout group as soon as it is complete). Combine the parts with
+        ``skills.extract.merge_extractions`` and hand the whole step to :meth:`record_extraction` once."""
+        return extract_local(trajectories, step, self.analyzer, max_chars=self.config.max_skill_chars,
+                             special_tokens=self._special_tokens, env=self.env, render_tokens=self.render_tokens,
+                             tokenizer=self.tokenizer)
+
+    def record_extraction(self, result: ExtractionResult, stats: ExtractionStats, step: int) -> ExtractionResult:
+        """Store a step's Local skills as candidates (when writing) and count them in the step's metrics."""
         if self.write and result.skills:
             self.bank.add_candidates(result.skills, step)
         self._counters["analyzer_failures"] += stats.failures

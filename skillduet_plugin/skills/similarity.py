@@ -27,19 +27,27 @@ def _ngrams(text: str, n: int = 3) -> Counter:
     return Counter(t[i:i + n] for i in range(max(0, len(t) - n + 1)))
 
 
-def jaccard(a: str, b: str) -> float:
-    ta, tb = _tokens(a), _tokens(b)
+def _jaccard_sets(ta: set[str], tb: set[str]) -> float:
     if not ta and not tb:
         return 1.0
     return len(ta & tb) / len(ta | tb)
 
 
-def char_cosine(a: str, b: str) -> float:
-    ca, cb = _ngrams(a), _ngrams(b)
+def _cosine_counts(ca: Counter, cb: Counter) -> float:
+    if len(cb) < len(ca):
+        ca, cb = cb, ca
     dot = sum(v * cb.get(k, 0) for k, v in ca.items())
     na = math.sqrt(sum(v * v for v in ca.values()))
     nb = math.sqrt(sum(v * v for v in cb.values()))
     return dot / (na * nb) if na and nb else 0.0
+
+
+def jaccard(a: str, b: str) -> float:
+    return _jaccard_sets(_tokens(a), _tokens(b))
+
+
+def char_cosine(a: str, b: str) -> float:
+    return _cosine_counts(_ngrams(a), _ngrams(b))
 
 
 def lexical_similarity(a: str, b: str) -> float:
@@ -48,11 +56,14 @@ def lexical_similarity(a: str, b: str) -> float:
 
 
 def lexical_matrix(texts: Sequence[str]) -> list[list[float]]:
+    """``lexical_similarity`` of every pair; each text's word set and 3-grams are built once, not per pair."""
     n = len(texts)
+    words = [_tokens(t) for t in texts]
+    grams = [_ngrams(t) for t in texts]
     out = [[1.0] * n for _ in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
-            out[i][j] = out[j][i] = lexical_similarity(texts[i], texts[j])
+            out[i][j] = out[j][i] = max(_jaccard_sets(words[i], words[j]), _cosine_counts(grams[i], grams[j]))
     return out
 
 

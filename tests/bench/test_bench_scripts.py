@@ -27,6 +27,25 @@ def test_interleaved_runs_configurations_alternately_after_warmup():
     assert len(timings.samples["a"]) == len(timings.samples["b"]) == 3
 
 
+def test_trainer_steps_alternate_in_rotating_order_after_warmup():
+    from bench import _trainers
+
+    calls = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def step(self):
+            calls.append(self.name)
+            return {"total": float(len(calls))}
+
+    rounds = _trainers.alternate({n: Fake(n) for n in "abc"}, warmup=1, repeats=3)
+    assert calls == list("abc" + "bca" + "cab" + "abc")  # no configuration is always first
+    assert {n: len(r) for n, r in rounds.items()} == {"a": 3, "b": 3, "c": 3}  # warm-up round not recorded
+    assert rounds["a"][0] == {"total": 6.0}  # a ran last in the first timed round
+
+
 def test_ratio_is_of_medians():
     t = _common.Timings(samples={"a": [1.0, 9.0, 3.0], "b": [2.0, 1.0, 1.0]})
     assert t.median("a") == 3.0 and t.median("b") == 1.0

@@ -98,3 +98,21 @@ def test_peft_wrapped_model_uses_the_adapters(tiny_model, mixed_batch):
         with model.disable_adapter():
             plain = response_logprobs(model, contexts[1:2], responses[1:2])[0]
     assert not torch.allclose(plain, got[1])  # the adapters really changed the numbers
+
+
+@pytest.mark.parametrize("field", ["final_logit_softcapping", "logit_scale", "logits_scaling"])
+def test_models_that_transform_their_logits_are_scored_through_their_own_forward(tiny_model, field, monkeypatch):
+    import skillduet_plugin.core.logprobs as lp
+
+    assert lp._split_model(tiny_model) is not None  # the plain decoder + head path by default
+    monkeypatch.setattr(tiny_model.config, field, 0.5, raising=False)
+    assert lp._split_model(tiny_model) is None  # the head alone would miss the model's own scaling or cap
+
+
+def test_head_in_float32_matches_default_in_float32(tiny_model, mixed_batch):
+    contexts, responses = mixed_batch
+    with torch.no_grad():
+        a = response_logprobs(tiny_model, contexts, responses)
+        b = response_logprobs(tiny_model, contexts, responses, head_fp32=True)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-6)

@@ -91,6 +91,34 @@ def test_registry_discovers_on_first_lookup():
     assert len(calls) == 1
 
 
+def test_registry_lookups_from_several_threads_wait_for_discovery():
+    """verl's agent loop makes environments from several executor threads at once; a thread that came second
+    used to see the registry marked discovered but still empty."""
+    import threading
+    import time
+
+    def discover():
+        time.sleep(0.2)  # a slow import: the other threads arrive meanwhile
+        reg.register("x", "X")
+        assert reg.get("x") == "X"  # the discovering thread may look names up while registering
+
+    reg: Registry[str] = Registry("thing", "things", discover=discover)
+    results, errors = [], []
+
+    def lookup():
+        try:
+            results.append(reg.get("x"))
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lookup) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == ["X"] * 4
+
+
 def test_backend_registry_lists_its_kinds():
     from skillduet_plugin.llm import BACKENDS, BackendConfig, make_backend
 

@@ -6,7 +6,7 @@ from skillduet_plugin.skills.extract import choose_pair, extract_local, plan_job
 from skillduet_plugin.skills.prompts import TEMPLATE_NAMES, load_template
 from skillduet_plugin.skills.render import ELISION_MARKER, render_trajectory
 
-from skills_fakes import FakeBackend, make_traj
+from skills_fakes import FakeBackend, default_answer, make_traj
 
 
 def test_pair_is_highest_reward_success_and_lowest_reward_failure_ties_by_id():
@@ -111,3 +111,29 @@ def test_prompt_templates_are_package_data_with_placeholders():
     jobs, _ = plan_jobs(trajs)
     user = jobs[0].request.messages[-1]["content"]
     assert "Task: clean the t1 knife" in user and "go to sink s" in user and "{{" not in user
+
+
+def test_groups_extracted_apart_and_merged_equal_one_extraction_of_the_step():
+    from skillduet_plugin.skills.extract import merge_extractions
+
+    same = "<skill>Always open the drawer first.</skill>"
+    # one advice text from groups extracted apart (tb first, tc at the end)
+    backend = FakeBackend(lambda p: same if any(f"the {t} " in p["task"] for t in ("tb", "tc")) else default_answer(p))
+    trajs = ([make_traj("a1", "ta"), make_traj("a2", "ta", success=True)]  # mixed group: one shared skill
+             + [make_traj("b1", "tb"), make_traj("b2", "tb")] + [make_traj("c1", "tc")]
+             + [make_traj("v1", "tv", split="valid")] + [make_traj("d1", "td", actions=[])])
+    whole, whole_stats = extract_local(trajs, 1, backend, max_chars=2000)
+    by_task = {}
+    for t in trajs:
+        by_task.setdefault(t.task_id, []).append(t)
+    # the way a rollout delivers them: tb first, then ta, then the rest together at the end
+    parts = [extract_local(by_task["tb"], 1, backend, max_chars=2000),
+             extract_local(by_task["ta"], 1, backend, max_chars=2000),
+             extract_local(by_task["tc"] + by_task["tv"] + by_task["td"], 1, backend, max_chars=2000)]
+    merged, merged_stats = merge_extractions(parts)
+    assert [s.skill_id for s in merged.skills] == [s.skill_id for s in whole.skills]
+    assert [set(s.source_traj_ids) for s in merged.skills] == [set(s.source_traj_ids) for s in whole.skills]
+    assert merged.assignment == whole.assignment and len(set(whole.assignment.values())) < len(whole.assignment)
+    assert merged_stats == whole_stats
+    # negative control: concatenating the parts without merging keeps the shared advice twice
+    assert sum(len(p.skills) for p, _ in parts) == len(whole.skills) + 1

@@ -19,17 +19,34 @@ HINDSIGHT_HEADER = LOCAL_HEADER
 class FakeLifecycle:
     """SkillLifecycle's surface: assigns a Local skill to chosen trajectories and records every call."""
 
-    def __init__(self, skill_rows: set[int] | None = None, skill_text: str = "- Correction: open the box first."):
+    def __init__(self, skill_rows: set[int] | None = None, skill_text: str = "- Correction: open the box first.",
+                 skill_keys: set[str] | None = None):
         self.skill_rows = skill_rows if skill_rows is not None else {0}
+        self.skill_keys = skill_keys
         self.skill_text = skill_text
         self.calls: list[tuple] = []
         self.version = 0
 
     def extract(self, trajectories, step):
         self.calls.append(("extract", [t.traj_id for t in trajectories], step))
+        return self._skills(trajectories, step)
+
+    def analyze(self, trajectories, step):
+        from skillduet_plugin.skills.extract import ExtractionStats
+
+        self.calls.append(("analyze", [t.traj_id for t in trajectories], step))
+        result = self._skills(trajectories, step)
+        return result, ExtractionStats(trajectories=len(trajectories), skills=len(result.skills))
+
+    def record_extraction(self, result, stats, step):
+        self.calls.append(("record_extraction", sorted(result.assignment), stats.trajectories, step))
+        return result
+
+    def _skills(self, trajectories, step):
+        """A Local skill for the trajectories chosen by id (``skill_keys``) or else by position."""
         result = ExtractionResult()
         for i, traj in enumerate(trajectories):
-            if i in self.skill_rows:
+            if (traj.traj_id in self.skill_keys) if self.skill_keys is not None else (i in self.skill_rows):
                 skill = Skill(text=self.skill_text, scope=traj.scope, kind="correction",
                               source_traj_ids=(traj.traj_id,), step=step)
                 result.skills.append(skill)

@@ -83,8 +83,9 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     a real restore passes).
 
     Steps 1-2 run with ``skillduet.teacher_logprobs=compare``: teacher and scoring rows come from prefill
-    requests to the rollout server, and each step also computes them with the actor and logs the gaps
-    (log-probs, the step's OPD loss, Strength); the resumed step 3 runs the default actor path."""
+    requests to the rollout server (the teacher rows per task group, sent while sampling), and each step also
+    computes them with the actor and logs the gaps (log-probs, the step's OPD loss, Strength); the resumed
+    step 3 runs the default actor path."""
     metrics = _fit(tmp_path, "skillduet", steps=2, save_freq=1, overrides=["skillduet.teacher_logprobs=compare"])
     assert sorted(metrics) == [1, 2]
     for step, m in metrics.items():
@@ -94,6 +95,8 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
         assert 0.0 < m["actor/skillduet/opd/gate_active_ratio"] < 1.0, step
         assert m["skillduet/skills/global_scopes"] >= 1, step  # consolidation_interval=1
         assert_server_logprobs_match(m, step)
+        # the teacher prefills went out per task group from the replay buffer's polls, not with the batch
+        assert m["skillduet/groups_prefetched"] >= 1 and m["skillduet/teacher_rows_prefetched"] >= 1, step
     assert metrics[1]["skillduet/rollout_global_version"] == -1  # nothing consolidated before step 1
     assert metrics[2]["skillduet/rollout_global_version"] >= 1  # step 1's Global was in step 2's prompts
     assert_rollout_synced(metrics, [2])

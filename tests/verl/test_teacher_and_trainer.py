@@ -15,6 +15,8 @@ from fakes import (HINDSIGHT_HEADER, FakeActorGroup, FakeBatch, FakeLifecycle, M
                    position_logprobs)
 
 from skillduet_plugin.integrations.verl.batch import build_trajectories, tensor_rows  # noqa: E402
+from skillduet_plugin.integrations.verl.groups import GroupPrefetch  # noqa: E402
+from skillduet_plugin.integrations.verl.server_logprobs import BackgroundLoop  # noqa: E402
 from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY  # noqa: E402
 from skillduet_plugin.integrations.verl.teacher import (logprob_batch, plan_teacher_batch,  # noqa: E402
                                                         split_response_logprobs)
@@ -106,19 +108,26 @@ def _trainer(monkeypatch, tiny_tokenizer, tmp_path, lifecycle):
     trainer.actor_rollout_wg, trainer.global_steps = FakeActorGroup(dp_size=2), 10
     trainer._extraction, trainer._trajectories, trainer._scopes = None, [], set()
     trainer._checkpoint_folder, trainer.global_server = None, object()
+    trainer._groups, trainer._prefill_loop, trainer._group_work = GroupPrefetch(), BackgroundLoop(), []
     trainer.published = []
     trainer._send_globals = lambda globals_by_scope: trainer.published.append(globals_by_scope)
     return trainer
 
 
-def _step_batch(trainer, chat):
+def _step_batch(trainer, chat, keys=("k0", "k1", "k2", "pad")):
     """The rows of ``_rows`` (plus a padding row) in an in-memory TransferQueue wired into ``trainer``."""
     records, prompts, responses, masks, old = _rows(chat)
     tq = MemoryTQ({"prompts": prompts, "responses": responses, "response_mask": masks, "old_log_probs": old,
                    "extra_fields": records, "advantages": [torch.full((len(r),), float(i)) for i, r in
                                                             enumerate(responses)]})
     trainer._tq_get, trainer._tq_put = tq.get, tq.put
-    return tq, FakeBatch(keys=["k0", "k1", "k2", "pad"], tags=[{}, {}, {}, {"is_padding": True}])
+
+    def by_keys(wanted, fields):  # TransferQueue rows by key, as verl's kv_batch_get during the rollout
+        rows = [list(keys).index(k) for k in wanted]
+        return MemoryTQ({f: [tq.fields[f][i] for i in rows] for f in fields}).get(FakeBatch(keys=list(wanted)), fields)
+
+    trainer._tq_get_keys = by_keys
+    return tq, FakeBatch(keys=list(keys), tags=[{}, {}, {}, {"is_padding": True}])
 
 
 def test_trainer_step_puts_teacher_logprobs_scores_and_consolidates(monkeypatch, tiny_tokenizer, tmp_path):
@@ -236,8 +245,29 @@ def test_logprob_requests_are_padded_to_whole_micro_batches(monkeypatch, tiny_to
         assert [len(o) for o in out] == [2, 1, 3]
 
 
-def _step(trainer, chat):
-    tq, batch = _step_batch(trainer, chat)
+def _step(trainer, chat, keys=("k0", "k1", "k2", "pad"), polls=()):
+    """One step's old-log-prob and advantage phases; ``polls``: the prompt uids terminal at each replay-buffer
+    poll before them (the per-group work of ``teacher_logprobs=rollout`` runs there)."""
+    tq, batch = _step_batch(trainer, chat, keys)
+    if polls:
+        from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+        from skillduet_plugin.integrations.verl.groups import uid_of, watch_replay_buffer
+
+        real_keys = [k for k in keys if k != "pad"]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(PPOTrainer, "_submit_batch_to_rollout", lambda self, b: len(b["uid"]))
+            uids = sorted({uid_of(k) for k in real_keys})
+            trainer._submit_batch_to_rollout({"uid": uids, "extra_info": [
+                {"task_id": TASKS[[uid_of(k) for k in real_keys].index(u)][0]} for u in uids]})
+        buffer = FakeReplayBuffer(polls, real_keys)
+        watch_replay_buffer(buffer, trainer._on_rollout_poll)
+        for _ in polls:
+            buffer._sync_metadata_from_transfer_queue()
+            for work in trainer._groups.work.values():  # answers arrive while the rollout goes on
+                if work.future is not None:
+                    work.future.result(timeout=30)
+            trainer.poll_log.append((sorted(buffer.finished_keys["train"]), len(trainer._server_client.requests)))
     metrics: dict = {}
     trainer._compute_old_log_prob(batch, metrics)
     teacher = tensor_rows(tq.fields[TEACHER_LOGPROBS_KEY])
@@ -292,3 +322,109 @@ def test_rollout_teacher_logprobs_refuse_other_temperatures(tmp_path):
                                   "skillduet.teacher_logprobs=rollout", "actor_rollout_ref.rollout.temperature=0.7"]))
     with pytest.raises(ConfigError, match="skillduet.teacher_logprobs='server' is invalid: allowed values are actor"):
         parse_settings({"teacher_logprobs": "server"})
+
+
+class FakeReplayBuffer:
+    """verl's replay-buffer surface the per-group work reads: each metadata sync makes the next poll's uids
+    terminal (``finished``) and lists the trajectory keys in TransferQueue."""
+
+    def __init__(self, polls, keys):
+        self.polls, self.keys, self.n = list(polls), list(keys), 0
+        self.finished_keys, self.failure_keys, self.partitions = {"train": set()}, {"train": set()}, {"train": {}}
+
+    def _sync_metadata_from_transfer_queue(self):
+        from skillduet_plugin.integrations.verl.groups import uid_of
+
+        self.finished_keys["train"] = set(self.polls[self.n])
+        self.partitions["train"] = {k: {} for k in self.keys if uid_of(k) in self.finished_keys["train"]}
+        self.n += 1
+
+
+PER_GROUP_CASES = {  # polls (terminal uids at each) -> poll log, extraction calls, groups (before the final poll)
+    # and teacher rows prefetched
+    "every-group-during-rollout": ([["ub"], ["ua", "ub"]], [(["ub"], 1), (["ua", "ub"], 2)],
+                                   [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], (2, 1), 2),
+    "two-groups-at-one-poll": ([["ua", "ub"]], [(["ua", "ub"], 2)],
+                               [("analyze", ["ua_0_0", "ua_1_0", "ub_0_0"])], (2, 0), 2),  # one analyzer call
+    "last-group-with-the-batch": ([["ub"]], [(["ub"], 1)],  # ua never seen complete: done with the batch
+                                  [("analyze", ["ub_0_0"]), ("analyze", ["ua_0_0", "ua_1_0"])], (1, 0), 1),
+}
+
+
+@pytest.mark.parametrize("case", list(PER_GROUP_CASES))
+def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatch, tiny_tokenizer, tmp_path, case):
+    """teacher_logprobs=rollout: a task group's extraction and teacher prefills start at the replay-buffer poll
+    where all its prompts are done, before the other groups finish; the step's skills, teacher rows, OPD mask
+    and scoring equal the whole-batch path's (the actor's, here), and no teacher row is requested twice."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from fakes import FakePrefillClient
+
+    from skillduet_plugin.integrations.verl.settings import parse_settings
+
+    polls, poll_log, analyzed, groups, rows = PER_GROUP_CASES[case]
+    chat = ChatTokenizer(tiny_tokenizer)
+    monkeypatch.setattr(PPOTrainerSync, "on_sample_end", lambda self: None)
+    keys = ("ua_0_0", "ua_1_0", "ub_0_0", "pad")  # verl's {uid}_{session}_{index}: ua = toy-3 x 2, ub = toy-0
+    skill_keys = {"ua_0_0", "ub_0_0"}
+    reference = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle(skill_keys=skill_keys))
+    ref_teacher, ref_metrics = _step(reference, chat, keys)
+
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle(skill_keys=skill_keys))
+    trainer.skillduet = parse_settings({"opd_coef": 0.5, "teacher_logprobs": "rollout"})
+    trainer._server_client, trainer.poll_log = FakePrefillClient(), []
+    teacher, metrics = _step(trainer, chat, keys, polls=polls)
+    # every poll sent the prefills of the groups it saw complete (toy-0's while toy-3 was still rolling out)
+    assert trainer.poll_log == poll_log
+    calls = [c for c in trainer.lifecycle.calls if c[0] in ("extract", "analyze", "record_extraction")]
+    assert calls == [(name, ids, 10) for name, ids in analyzed] + [("record_extraction", ["ua_0_0", "ub_0_0"], 3, 10)]
+    assert (metrics["skillduet/groups_prefetched"], metrics["skillduet/groups_prefetched_early"]) == groups
+    assert metrics["skillduet/teacher_rows_prefetched"] == rows
+    teacher_requests = [r for r, _ in trainer._server_client.requests[:2]]
+    assert len(trainer._server_client.requests) == 2 + 3  # two teacher rows (never twice), three scoring rows
+    assert len(set(map(tuple, teacher_requests))) == 2
+    assert len(ref_teacher) == len(teacher) == 4
+    for a, b in zip(teacher, ref_teacher):
+        assert torch.equal(a, b)
+    assert metrics["skillduet/opd_trajectory_ratio"] == ref_metrics["skillduet/opd_trajectory_ratio"] == 2 / 3
+    scored = [c for c in trainer.lifecycle.calls if c[0] == "score"][0]
+    ref_scored = [c for c in reference.lifecycle.calls if c[0] == "score"][0]
+    # the same skills (the fake analyzer does not order them by group as the real one does) and scoring rows
+    assert sorted(scored[1]) == sorted(ref_scored[1]) and all(torch.equal(x, y) for x, y in zip(scored[3],
+                                                                                               ref_scored[3]))
+    assert sorted(trainer.lifecycle.teacher_logps) == ["ua_0_0", "ub_0_0"]
+
+
+def test_group_work_is_used_only_for_the_exact_trajectories_of_the_batch():
+    from skillduet_plugin.integrations.verl.groups import GroupWork
+
+    groups = GroupPrefetch()
+    groups.submitted(["ua", "ub", "uc"], ["t1", "t2", "t1"], step=3)
+    assert groups.ready({"ua"}, 3) == [] and groups.ready({"ua", "ub"}, 4) == []  # t1 waits for uc; wrong step
+    assert groups.ready({"ua", "ub", "uc"}, 3) == [("t1", {"ua", "uc"}), ("t2", {"ub"})]
+    for task, keys in (("t1", {"ua_0_0", "uc_0_0"}), ("t2", {"ub_0_0"})):
+        groups.add(GroupWork((task,), frozenset(keys), part=(None, None)))
+    assert groups.ready({"ua", "ub", "uc"}, 3) == []  # started once
+    taken = groups.take({"t1": {"ua_0_0", "uc_0_0"}, "t2": {"ub_0_0", "ub_1_0"}}, step=3)
+    assert [w.task_ids for w in taken] == [("t1",)]  # t2's batch holds a trajectory its group work never saw
+    assert groups.work == {} and groups.take({"t1": {"ua_0_0", "uc_0_0"}}, step=3) == []
+    # groups analysed together at one poll are used together or not at all
+    groups.submitted(["ua", "ub"], ["t1", "t2"], step=4)
+    groups.add(GroupWork(("t1", "t2"), frozenset({"ua_0_0", "ub_0_0"}), part=(None, None)))
+    assert groups.ready({"ua", "ub"}, 4) == []
+    assert groups.take({"t1": {"ua_0_0"}, "t2": {"ub_0_0", "ub_1_0"}}, step=4) == []
+
+
+def test_a_group_without_trajectories_is_left_to_the_batch(monkeypatch, tiny_tokenizer, tmp_path, caplog):
+    """verl marks a group terminal (``failure``) when every session failed: nothing to fetch, no warning."""
+    from skillduet_plugin.integrations.verl.settings import parse_settings
+
+    trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path, FakeLifecycle())
+    trainer.skillduet = parse_settings({"opd_coef": 0.5, "teacher_logprobs": "rollout"})
+    trainer._groups.submitted(["ua"], ["toy-3"], trainer.global_steps)
+    buffer = FakeReplayBuffer([["ua"]], [])
+    buffer.failure_keys["train"] = {"ua"}
+    trainer._tq_get_keys = lambda keys, fields: pytest.fail("nothing to fetch")
+    buffer._sync_metadata_from_transfer_queue()
+    trainer._on_rollout_poll(buffer)
+    assert trainer._groups.work == {} and "failed" not in caplog.text

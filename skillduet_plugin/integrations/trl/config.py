@@ -64,7 +64,8 @@ class SkillDuetGRPOConfig(GRPOConfig):
         "with the live model in every loss call (fresh when num_iterations > 1)")})
     skill_bank_dir: str | None = field(default=None,
                                        metadata={"help": "folder of the skill bank (default: output_dir)"})
-    logprob_token_budget: int = field(default=16384, metadata={"help": "padded tokens per forward when scoring skills"})
+    logprob_token_budget: int = field(default=16384, metadata={"help": (
+        "padded tokens per forward of the OPD teacher pass and of skill scoring")})
     action_selection: str = field(default="generate", metadata={"help": (
         "generate samples each turn freely; choose is constrained selection among the environment's admissible "
         "actions (rollout.choice: each action's response is scored by the policy and one is drawn from the "

@@ -30,6 +30,7 @@ from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
+from skillduet_plugin.integrations.trl.teacher import left_pad, lean_teacher_logps, trl_teacher_logps
 from skillduet_plugin.rollout.collector import to_trajectory
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
@@ -89,9 +90,7 @@ class SkillDuetMixin:
                                        chat_template_kwargs=args.chat_template_kwargs,
                                        policy_model=self.accelerator.unwrap_model(self.model))
         self.lifecycle = lifecycle
-        if self.lifecycle is not None and self.skillduet.use_global and (
-                self.is_fsdp_enabled or getattr(self.accelerator.state, "deepspeed_plugin", None) is not None
-                and getattr(self.accelerator.state.deepspeed_plugin, "zero_stage", 0) == 3):
+        if self.lifecycle is not None and self.skillduet.use_global and self._sharded_weights():
             raise NotImplementedError("skill scoring runs on the main process only and needs whole weights: use "
                                       "DDP or ZeRO-1/2 with the TRL adapter (or the verl adapter for sharded training)")
         self.add_callback(SkillDuetCallback(self))
@@ -185,12 +184,13 @@ class SkillDuetMixin:
             # hands it unsplit to each micro-batch, as it does num_items_in_batch).
             output["opd_num_items"] = self.accelerator.gather(
                 opd_denominator(output["opd_mask"], cfg.opd_agg).reshape(1)).sum()
-            tp_ids, tp_mask = _left_pad(teacher_prompts, self.chat.pad_token_id, device)
+            tp_ids, tp_mask = left_pad(teacher_prompts, self.chat.pad_token_id, device)
             if self.args.teacher_at == "loss":
                 output["opd_teacher_prompt_ids"], output["opd_teacher_prompt_mask"] = tp_ids, tp_mask
             else:
                 output["opd_teacher_logps"] = self._teacher_logps(
-                    self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill)
+                    self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill,
+                    needed=output["opd_mask"])
         return output
 
     def _trajectories(self, output: dict[str, Any], step: int) -> list[Trajectory]:
@@ -284,29 +284,23 @@ class SkillDuetMixin:
 
     def _teacher_logps(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                        completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                       rows: torch.Tensor) -> torch.Tensor:
-        """Teacher log-probs ``(batch, completion_len)`` of the sampled tokens, for rows with ``rows > 0``.
-
-        Uses TRL's own log-prob pass (fused head, autocast, temperature), so teacher and student numbers come
-        from the same computation and differ only by the prompt. Rows without a Local skill stay 0 (masked).
-        """
-        from trl.models.utils import disable_gradient_checkpointing
-
-        out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
+                       rows: torch.Tensor, needed: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher log-probs ``(batch, completion_len)`` of the rows with ``rows > 0`` (the others stay 0):
+        the lean pass (``teacher.lean_teacher_logps``), or TRL's own pass when the weights are sharded."""
         idx = torch.nonzero(rows > 0).flatten()
-        if idx.numel() == 0:
-            return out
-        # Drop the columns of left padding no selected row needs.
-        keep = int(prompt_mask[idx].sum(dim=1).max())
-        ids = torch.cat([prompt_ids[idx, -keep:], completion_ids[idx]], dim=1)
-        attn = torch.cat([prompt_mask[idx, -keep:], completion_mask[idx]], dim=1)
-        batch_size = self.args.per_device_train_batch_size if self.model.training else \
-            self.args.per_device_eval_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, completion_ids.size(1),
-                                                                  batch_size=batch_size)
-        out[idx] = logps.float()
-        return out
+        if idx.numel() and self._sharded_weights():
+            return self._teacher_logps_trl(model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx)
+        return lean_teacher_logps(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx, needed)
+
+    def _teacher_logps_trl(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                           completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                           idx: torch.Tensor) -> torch.Tensor:
+        return trl_teacher_logps(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, idx)
+
+    def _sharded_weights(self) -> bool:
+        """True under FSDP or DeepSpeed ZeRO-3, where a module's weights exist whole only inside its wrapper."""
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        return bool(self.is_fsdp_enabled or (plugin is not None and getattr(plugin, "zero_stage", 0) == 3))
 
     def _log_skill_metrics(self, mode: str, result: ExtractionResult, has_skill: torch.Tensor) -> None:
         share = self.accelerator.gather(has_skill.mean()[None]).mean().item()
@@ -335,7 +329,8 @@ class SkillDuetMixin:
         teacher = inputs.get("opd_teacher_logps")
         if teacher is None:
             teacher = self._teacher_logps(model, inputs["opd_teacher_prompt_ids"], inputs["opd_teacher_prompt_mask"],
-                                          inputs["completion_ids"], inputs["completion_mask"], mask.sum(dim=1))
+                                          inputs["completion_ids"], inputs["completion_mask"], mask.sum(dim=1),
+                                          needed=mask)
         self._opd_capture, self._captured_logps = True, None
         try:
             loss = super()._compute_loss(model, inputs)
@@ -427,13 +422,3 @@ def _pinned(global_version: int | None) -> dict[str, int]:
     # The teacher sees the Global version the student rolled out with, even if the bank moved on since.
     return {} if global_version is None else {"global_version": global_version}
 
-
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
-            mask[i, width - len(r):] = 1
-    return ids.to(device), mask.to(device)

@@ -12,6 +12,7 @@ logits (temperature 1): the trainer refuses the option when ``rollout.temperatur
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from typing import Any, Awaitable, Mapping, Sequence, TypeVar
 from uuid import uuid4
@@ -75,6 +76,36 @@ def run_coroutine(coro: Awaitable[T]) -> T:
     return box["value"]
 
 
+class BackgroundLoop:
+    """An event loop on a daemon thread: coroutines submitted from sync code run while the caller goes on
+    (per-group teacher prefills issued during the rollout, collected after it)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, coro: Awaitable[T]) -> "concurrent.futures.Future[T]":
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="skillduet-prefill", daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            self._loop.close()
+            self._loop, self._thread = None, None
+
+
+async def gather_prefills(client: Any, contexts: Sequence[Sequence[int]],
+                          responses: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """Every row's response log-probs, all requests in flight at once (a coroutine: see ``BackgroundLoop``)."""
+    return await _gather(client, list(contexts), list(responses))
+
+
 def server_response_logprobs(client: Any, contexts: Sequence[Sequence[int]],
                              responses: Sequence[Sequence[int]]) -> list[torch.Tensor]:
     """Every row's response log-probs, all requests in flight at once (the servers' load balancer spreads
@@ -134,5 +165,5 @@ def strength_gap(scores: Mapping[str, Mapping[str, Any]], reference: Mapping[str
     return out
 
 
-__all__ = ["PREFILL_PARAMS", "max_abs_diff", "opd_loss_gap", "prefill_logprobs", "response_slice", "run_coroutine",
-           "server_response_logprobs", "strength_gap"]
+__all__ = ["BackgroundLoop", "PREFILL_PARAMS", "gather_prefills", "max_abs_diff", "opd_loss_gap", "prefill_logprobs",
+           "response_slice", "run_coroutine", "server_response_logprobs", "strength_gap"]

@@ -12,8 +12,9 @@ The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and res
 ``skillduet.teacher_logprobs=rollout`` computes the teacher and extra scoring rows with prefill requests to the
 rollout servers (``server_logprobs.py``) instead of the actor's FSDP forward: the replicas serve theta_old after
 every sync. The sync trainer sleeps the replicas right after sampling, so with the option on that sleep is
-deferred to the end of the advantage phase (after scoring). The requests go out as one concurrent batch right after
-extraction, not per group during the rollout: extraction runs in the trainer after verl hands over the whole batch.
+deferred to the end of the advantage phase (after scoring). Each task group is extracted and its teacher prefills
+are sent at the replay-buffer poll where the group is complete, while the rest of the rollout runs
+(``groups.py``); a group that completes at the poll where sampling ends is handled at that poll.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested
 from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
                                                      opd_token_weights)
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.integrations.verl.server_logprobs import (max_abs_diff, opd_loss_gap,
-                                                                server_response_logprobs, strength_gap)
+from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_step, keys_by_task, prefetched_rows,
+                                                       start_groups, terminal_uids, uid_of, watch_replay_buffer)
+from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, gather_prefills, max_abs_diff,
+                                                                opd_loss_gap, server_response_logprobs, strength_gap)
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
@@ -73,6 +76,9 @@ class SkillDuetTrainer(PPOTrainerSync):
         self._sleep_deferred = False
         self._check: dict[str, float] = {}  # teacher_logprobs=compare: the step's rollout-vs-actor gaps
         self._reference_rows: dict[str, torch.Tensor] = {}
+        self._groups = GroupPrefetch()  # per-group extraction + teacher prefills during the rollout
+        self._prefill_loop = BackgroundLoop()
+        self._group_work: list = []
 
     # ------------------------------------------------------------------ seams (overridden in tests)
     def _tq_get(self, batch: Any, fields: list[str]) -> TensorDict:
@@ -84,6 +90,11 @@ class SkillDuetTrainer(PPOTrainerSync):
         import transfer_queue as tq
 
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+
+    def _tq_get_keys(self, keys: list[str], fields: list[str]) -> TensorDict:
+        import transfer_queue as tq
+
+        return tq.kv_batch_get(keys=keys, partition_id="train", select_fields=fields)
 
     def _make_lifecycle(self, bank_path: str) -> Any:
         from skillduet_plugin.skills.lifecycle import SkillLifecycle
@@ -138,6 +149,49 @@ class SkillDuetTrainer(PPOTrainerSync):
         self.global_server = create_server(self.skillduet.global_server)
         self._publish_globals()
 
+    # ------------------------------------------------------------------ per-group work during the rollout
+    def _prefetching(self) -> bool:
+        """Teacher prefills per task group as soon as it is complete: only with the rollout servers as teacher."""
+        method = self.skillduet.method
+        return self.skillduet.teacher_logprobs != "actor" and method.extract_local and method.opd_coef > 0
+
+    def _submit_batch_to_rollout(self, batch: Any) -> int:
+        if self._prefetching():
+            uids = non_tensor_list(batch["uid"])
+            infos = non_tensor_list(batch.get("extra_info", None)) or [None] * len(uids)
+            self._groups.submitted(uids, [i.get("task_id") if isinstance(i, dict) else None for i in infos],
+                                   self.global_steps)
+        return super()._submit_batch_to_rollout(batch)
+
+    def _build_replay_buffer(self) -> Any:
+        return watch_replay_buffer(super()._build_replay_buffer(), self._on_rollout_poll)
+
+    def _on_rollout_poll(self, buffer: Any) -> None:
+        """Every poll of verl's replay buffer: start the work of each task group that just became complete."""
+        if not self._prefetching() or self.lifecycle is None:
+            return
+        ready = self._groups.ready(terminal_uids(buffer), self.global_steps)
+        tasks, uids = [task for task, _ in ready], set().union(*(task_uids for _, task_uids in ready))
+        keys = sorted(k for k in buffer.partitions.get("train", {}) if uid_of(k) in uids)
+        if not keys:  # none ready, or every session failed (verl evicts and may refill such a group)
+            return
+        try:
+            data = self._tq_get_keys(keys, ["prompts", "responses", "response_mask", "extra_fields"])
+            self._groups.add(start_groups(tasks, keys, data, lifecycle=self.lifecycle, chat=self.chat,
+                                          step=self.global_steps, submit=self._submit_prefills))
+        except Exception:  # noqa: BLE001 - never break verl's sampling: the batch path redoes these groups
+            logger.warning("skillduet: per-group work of %s failed; done with the batch", tasks, exc_info=True)
+            self._groups.started.update(tasks)
+
+    def _submit_prefills(self, contexts: list[list[int]], responses: list[list[int]]):
+        return self._prefill_loop.submit(gather_prefills(self._client(), contexts, responses))
+
+    def _extract_step(self, step: int) -> ExtractionResult:
+        """The step's Local skills: the task groups analysed during the rollout plus the rest, merged."""
+        trajectories = [t for _, t in self._trajectories]
+        self._group_work = self._groups.take(keys_by_task(trajectories), step) if self._prefetching() else []
+        return extract_step(self.lifecycle, trajectories, self._group_work, step)
+
     # ------------------------------------------------------------------ the step
     def _actor_dp_size(self) -> int:
         wg = self.actor_rollout_wg
@@ -159,10 +213,13 @@ class SkillDuetTrainer(PPOTrainerSync):
         gap = max_abs_diff(served, actor)
         self._check["logprob_max_abs_diff"] = max(self._check.get("logprob_max_abs_diff", 0.0), gap)
 
-    def _server_logprobs(self, contexts, responses) -> list[torch.Tensor]:
+    def _client(self) -> Any:
         if getattr(self, "_server_client", None) is None:
             self._server_client = self.llm_server_manager.get_client()
-        return server_response_logprobs(self._server_client, contexts, responses)
+        return self._server_client
+
+    def _server_logprobs(self, contexts, responses) -> list[torch.Tensor]:
+        return server_response_logprobs(self._client(), contexts, responses)
 
     def _actor_logprobs(self, contexts, responses) -> list[torch.Tensor]:
         # verl's engine splits each rank's rows into micro-batches of exactly log_prob_micro_batch_size_per_gpu
@@ -200,7 +257,9 @@ class SkillDuetTrainer(PPOTrainerSync):
                                                 step=self.global_steps, skip=padding)
         self._scopes.update(t.scope for _, t in self._trajectories)
         with self._timer("skillduet_extract"):
-            self._extraction = self.lifecycle.extract([t for _, t in self._trajectories], self.global_steps)
+            self._extraction = self._extract_step(self.global_steps)
+        metrics["skillduet/groups_prefetched"] = sum(len(work.task_ids) for work in self._group_work)
+        metrics["skillduet/groups_prefetched_early"] = self._groups.last_early  # before sampling's final poll
         metrics["skillduet/local_skills"] = len(self._extraction.skills)
         metrics["skillduet/extraction_failures"] = self._extraction.failures
         metrics["skillduet/trajectories"] = len(self._trajectories)
@@ -218,17 +277,23 @@ class SkillDuetTrainer(PPOTrainerSync):
         teacher = [torch.zeros(len(r), dtype=torch.float32) for r in plan.responses]
         reference = list(teacher)  # teacher_logprobs=compare: the actor's teacher rows
         compare = self.skillduet.teacher_logprobs == "compare"
+        traj_of = {row: traj.traj_id for row, traj in self._trajectories}
         if rows:
-            ctx, resp = [plan.contexts[i] for i in rows], [plan.responses[i] for i in rows]
-            values = self._server_logprobs(ctx, resp) if compare else self._logprob_fn(ctx, resp)
-            for i, value in zip(rows, values):
-                teacher[i] = value
+            # rows whose group sent its prefills during the rollout, then the rest in one concurrent batch
+            served = prefetched_rows(self._group_work, plan.contexts, plan.responses, traj_of, rows)
+            todo = [i for i in rows if i not in served]
+            metrics["skillduet/teacher_rows_prefetched"] = len(served)
+            if todo:
+                ctx, resp = [plan.contexts[i] for i in todo], [plan.responses[i] for i in todo]
+                served.update(zip(todo, self._server_logprobs(ctx, resp) if compare else self._logprob_fn(ctx, resp)))
+            for i in rows:
+                teacher[i] = served[i]
             if compare:
-                actor = self._actor_logprobs(ctx, resp)
-                self._note_gap(values, actor)
+                actor = self._actor_logprobs([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
+                self._note_gap([teacher[i] for i in rows], actor)
                 for i, value in zip(rows, actor):
                     reference[i] = value
-        traj_of = {row: traj.traj_id for row, traj in self._trajectories}
+        self._group_work = []
         self._teacher_rows = {traj_of[i]: teacher[i] for i in rows if i in traj_of}
         self._reference_rows = {traj_of[i]: reference[i] for i in rows if i in traj_of}
         if compare:

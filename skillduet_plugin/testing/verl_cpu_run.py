@@ -75,6 +75,7 @@ ALFWORLD_OVERRIDES = [
     "skillduet.synthesizer.kind=offline",
     "skillduet.consolidation_interval=1",
     "skillduet.global_server=skillduet_cpu_global_skills",
+    "skillduet.replay_poll_interval_s=0.1",  # verl's 2-s poll would round every step's rollout up to whole polls
 ]
 
 STOCK_OVERRIDES = ["data.max_prompt_length=64", "data.max_response_length=16",

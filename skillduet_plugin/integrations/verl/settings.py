@@ -1,8 +1,8 @@
 """The ``skillduet:`` section of a verl config: the method's settings plus what only the verl adapter needs.
 
 Method keys go to :class:`~skillduet_plugin.config.SkillDuetConfig` (validated there); the adapter keys are
-``env`` (the environment the ``skillduet_agent`` loop plays), ``bank_path``, ``global_server`` and
-``teacher_logprobs`` (where teacher and scoring log-probs are computed).
+``env`` (the environment the ``skillduet_agent`` loop plays), ``bank_path``, ``global_server``,
+``teacher_logprobs`` (where teacher and scoring log-probs are computed) and ``replay_poll_interval_s``.
 """
 
 from __future__ import annotations
@@ -64,9 +64,13 @@ class VerlSettings:
     bank_path: str | None = None
     global_server: str = "skillduet_global_skills"
     teacher_logprobs: str = "actor"
+    replay_poll_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         check("skillduet.teacher_logprobs", self.teacher_logprobs, choices=TEACHER_LOGPROB_SOURCES)
+        if self.replay_poll_interval_s is not None:
+            check("skillduet.replay_poll_interval_s", self.replay_poll_interval_s, kind="number", lo=0,
+                  lo_open=True, fix="expected seconds > 0 (e.g. 0.1), or null for verl's own 2.0")
 
     def resolved_bank_path(self, default_local_dir: str) -> str:
         """``bank_path``, or ``<trainer.default_local_dir>/skillduet/bank.sqlite``."""
@@ -101,6 +105,7 @@ def parse_settings(section: Any) -> VerlSettings:
     bank_path = data.pop("bank_path", None)
     global_server = data.pop("global_server", None) or "skillduet_global_skills"
     teacher_logprobs = data.pop("teacher_logprobs", None) or "actor"
+    replay_poll_interval_s = data.pop("replay_poll_interval_s", None)
     try:
         method = SkillDuetConfig.from_dict(data)
     except ConfigError as err:
@@ -110,7 +115,7 @@ def parse_settings(section: Any) -> VerlSettings:
         invalid("skillduet.opd_agg", method.opd_agg, "on verl the OPD term is aggregated like the PPO loss: set "
                 "actor_rollout_ref.actor.loss_agg_mode instead")
     return VerlSettings(method=method, env=env, bank_path=bank_path, global_server=str(global_server),
-                        teacher_logprobs=teacher_logprobs)
+                        teacher_logprobs=teacher_logprobs, replay_poll_interval_s=replay_poll_interval_s)
 
 
 def settings_from_trainer_config(config: Any) -> VerlSettings:

@@ -164,7 +164,11 @@ class SkillDuetTrainer(PPOTrainerSync):
         return super()._submit_batch_to_rollout(batch)
 
     def _build_replay_buffer(self) -> Any:
-        return watch_replay_buffer(super()._build_replay_buffer(), self._on_rollout_poll)
+        buffer = super()._build_replay_buffer()
+        if self.skillduet.replay_poll_interval_s is not None and hasattr(buffer, "poll_interval"):
+            # verl polls the rollout every 2 s (not a config key): a step's rollout time is rounded up to that
+            buffer.poll_interval = float(self.skillduet.replay_poll_interval_s)
+        return watch_replay_buffer(buffer, self._on_rollout_poll)
 
     def _on_rollout_poll(self, buffer: Any) -> None:
         """Every poll of verl's replay buffer: start the work of each task group that just became complete."""

@@ -56,9 +56,9 @@ class WarmStartConfig:
                          "busy machine takes longer but makes the same model (a time estimate and a progress bar "
                          "say how long); the result is cached by a hash of everything it depends on, and an "
                          "interrupted warm start is never reused", kind="int", lo=0)
-    max_turns: int | None = setting(None, "turn cap of the expert episodes cloned (null: the run's max_turns); "
-                                    "set it above max_turns to give RL a tighter turn budget than the expert had, "
-                                    "so that the training games leave room to improve", kind="int", lo=1,
+    max_turns: int | None = setting(12, "turn cap of the expert episodes cloned (null: the run's max_turns); "
+                                    "above max_turns it gives RL a tighter turn budget than the expert had, so "
+                                    "that the games the clone memorised leave RL room to improve", kind="int", lo=1,
                                     optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
@@ -86,7 +86,7 @@ class RunConfig:
                                    "synthetic WebShop catalogue)", kind="path", optional=True,
                                    fix="expected a folder path or null")
     train_split: str = setting("train", "split trained on", kind="str")
-    train_tasks: int = setting(0, "how many training tasks, taken round-robin over task types (0: all)",
+    train_tasks: int = setting(12, "how many training tasks, taken round-robin over task types (0: all)",
                                kind="int", lo=0)
     eval_panel: str | None = setting(None, "the fixed evaluation split (null: the environment's default panel)",
                                      kind="str", optional=True,
@@ -94,14 +94,14 @@ class RunConfig:
     eval_tasks: int = setting(24, "evaluation panel size, round-robin over task types (0: all)", kind="int", lo=0)
     steps: int = setting(9, "RL steps; tasks_per_step x num_generations episodes are played per step",
                          kind="int", lo=1)
-    num_generations: int = setting(4, "group size G (rollouts per task)", kind="int", lo=2,
+    num_generations: int = setting(8, "group size G (rollouts per task)", kind="int", lo=2,
                                    fix="a GRPO group needs at least 2 rollouts per task")
     tasks_per_step: int = setting(4, "tasks per RL step", kind="int", lo=1)
-    max_turns: int = setting(12, "policy turns per episode at most", kind="int", lo=1)
+    max_turns: int = setting(8, "policy turns per episode at most", kind="int", lo=1)
     max_new_tokens_per_turn: int = setting(32, "generated tokens per turn at most", kind="int", lo=1)
     max_total_tokens: int = setting(2560, "prompt + completion tokens per episode at most", kind="int", lo=64)
     invalid_action_penalty: float = setting(0.1, "reward subtracted per unparsable / inadmissible action", lo=0)
-    learning_rate: float = setting(2e-4, "RL learning rate", lo=0, lo_open=True)
+    learning_rate: float = setting(3e-4, "RL learning rate", lo=0, lo_open=True)
     temperature: float = setting(1.0, "rollout sampling temperature", lo=0, lo_open=True)
     seed: int = setting(0, "seeds training, sampling and the method", kind="int", lo=0)
     teacher_at: str = setting("generation", "when OPD teacher log-probs are computed: once per rollout batch "
@@ -118,7 +118,7 @@ class RunConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig,
                                         metadata={"help": "behaviour-cloning warm start"})
     eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
-    eval_training_tasks: int = setting(24, "also measure this many of the RL training tasks themselves (the first, "
+    eval_training_tasks: int = setting(12, "also measure this many of the RL training tasks themselves (the first, "
                                        "round-robin over task types; 0: none) before and after RL (greedy, no "
                                        "Global), reported apart from the panel as training games, never as unseen "
                                        "ones", kind="int", lo=0)

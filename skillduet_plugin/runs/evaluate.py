@@ -123,6 +123,7 @@ def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
               "errors": sum(ep.error is not None for ep in episodes),
               # per-task results in panel order: bootstrap intervals resample them (``skillduet study``)
               "outcomes": {str(ep.task_id): float(bool(ep.won)) for ep in episodes},
+              "scores": {str(ep.task_id): float(ep.score) for ep in episodes},
               "task_types": {str(ep.task_id): str(ep.scope) for ep in episodes},
               "invalid_action_rate": sum(ep.invalid_actions for ep in episodes) /
               max(1, sum(ep.num_turns for ep in episodes)),

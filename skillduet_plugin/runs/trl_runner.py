@@ -17,6 +17,7 @@ from typing import Any, Callable
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
 from skillduet_plugin.runs.environment import data_identity, env_kwargs, make_env
 from skillduet_plugin.runs.recorder import RunRecorder
+from skillduet_plugin.runs.summary import paired_difference, run_summary, summary_line, training_line, training_summary
 from skillduet_plugin.runs.rundir import (CONFIG_FILE, MetricsWriter, RunDir, cache_dir, read_metrics, resolve_model,
                                           write_json)
 
@@ -260,19 +261,23 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
                                   split=config.train_split)
         timings["time/eval_after_s"] = time.time() - t0
         timings["time/total_s"] = time.time() - t_start
-        summary = _summary(before, after, warm_info, timings)
+        summary = run_summary(before, after, warm_info, timings)
         summary["panel"] = {"split": config.panel, "tasks": len(tasks_panel),
                             "unseen": config.panel != config.train_split,
-                            "difference": paired_difference(before, after)}
-        summary["training_tasks"] = _training_summary(before_train, after_train, config, len(train_eval_ids))
+                            "difference": paired_difference(before, after),
+                            "score_difference": paired_difference(before, after, field="scores")}
+        summary["training_tasks"] = training_summary(before_train, after_train, config, len(train_eval_ids))
         writer.write({"event": "summary", **summary})
         write_json(run.root / "summary.json", summary)
         from skillduet_plugin.runs.plots import plot_run
 
         plot_run(run.root, tokenizer=tokenizer)
-        say(_summary_line(summary))
+        from skillduet_plugin.envs.registry import env_spec
+
+        scored = not env_spec(config.env).per_type_report  # WebShop: the score too, as the paper reports both
+        say(summary_line(summary, scored))
         if summary["training_tasks"]:
-            say(_training_line(summary["training_tasks"]))
+            say(training_line(summary["training_tasks"], scored))
     finally:
         log_file.close()
     return run.root
@@ -289,34 +294,6 @@ def _before(run: RunDir, label: str, resuming: bool, wanted: bool,
 
 def _tagged(say: Callable[[str], None], tag: str) -> Callable[[str], None]:
     return lambda msg: say(f"{msg} [{tag}]")
-
-
-def paired_difference(before: dict | None, after: dict | None, mode: str = "none") -> dict[str, float] | None:
-    """After minus before success on the same tasks (no Global), with a paired percentile-bootstrap 95% interval
-    over the tasks (``core.stats.bootstrap_interval``: both measurements resample the same tasks)."""
-    from skillduet_plugin.core.stats import bootstrap_interval
-
-    try:
-        a = after["conditions"][mode]["outcomes"]  # type: ignore[index]
-        b = before["conditions"]["none"]["outcomes"]  # type: ignore[index]
-    except (KeyError, TypeError):
-        return None
-    tasks = [t for t in b if t in a]
-    if not tasks:
-        return None
-    iv = bootstrap_interval([[a[t] for t in tasks]], [[b[t] for t in tasks]])
-    return {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "level": iv.level, "tasks": len(tasks)}
-
-
-def _training_summary(before: dict | None, after: dict | None, config: RunConfig, n: int) -> dict[str, Any] | None:
-    if before is None and after is None:
-        return None
-
-    def rate(res: dict | None) -> float | None:
-        return None if res is None else res["conditions"]["none"]["success"]
-
-    return {"split": config.train_split, "tasks": n, "success_before": rate(before), "success_after": rate(after),
-            "difference": paired_difference(before, after)}
 
 
 def warm_start_settings(config: RunConfig) -> dict[str, Any]:
@@ -360,42 +337,3 @@ def _quiet_trainer_progress(trainer: Any):
     for cb in (ProgressCallback, PrinterCallback):
         trainer.remove_callback(cb)
     yield
-
-
-def _summary(before: dict | None, after: dict | None, warm: dict | None, timings: dict[str, float]) -> dict:
-    def pick(res: dict | None, mode: str) -> float | None:
-        if not res or mode not in res.get("conditions", {}):
-            return None
-        return res["conditions"][mode]["success"]
-
-    return {"success_before": pick(before, "none"), "success_after": pick(after, "none"),
-            "success_after_with_global": pick(after, "learned"),
-            "warm_start": {k: v for k, v in (warm or {}).items() if k != "settings"} or None,
-            **{k: round(v, 1) for k, v in timings.items()}}
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f}%"
-
-
-def interval_text(d: dict[str, float] | None) -> str:
-    """``+12.5 points (95% CI +4.2 to +20.8)`` for a paired difference, ``n/a`` without one."""
-    if not d:
-        return "n/a"
-    return (f"{100 * d['estimate']:+.1f} points (95% CI {100 * d['low']:+.1f} to {100 * d['high']:+.1f}, "
-            f"{d['tasks']} tasks)")
-
-
-def _summary_line(s: dict[str, Any]) -> str:
-    p = s.get("panel") or {}
-    where = f"{p.get('split', '?')}, {'games never trained on' if p.get('unseen') else 'the training split'}"
-    return (f"panel ({where}) success before RL {_pct(s['success_before'])}; "
-            f"after RL {_pct(s['success_after'])} without Global, {_pct(s['success_after_with_global'])} with the "
-            f"learned Global; after - before {interval_text(p.get('difference'))}; total "
-            f"{s['time/total_s'] / 60:.1f} min")
-
-
-def _training_line(t: dict[str, Any]) -> str:
-    return (f"training tasks ({t['split']}, {t['tasks']} of the games RL trained on) success before RL "
-            f"{_pct(t['success_before'])}; after RL {_pct(t['success_after'])}; after - before "
-            f"{interval_text(t['difference'])}")

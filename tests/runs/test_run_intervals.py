@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.runs.trl_runner import interval_text, paired_difference
+from skillduet_plugin.runs.summary import interval_text, paired_difference
 
 
 def _res(outcomes: dict[str, float]) -> dict:
@@ -46,3 +46,12 @@ def test_study_jobs_must_be_a_positive_integer(tmp_path, jobs):
     with pytest.raises(ConfigError, match="--jobs"):
         run_study(tmp_path / "s", StudySpec(), jobs=jobs)
     assert not (tmp_path / "s").exists()  # refused before any work
+
+
+def test_score_difference_reads_the_per_task_scores():
+    before = {"conditions": {"none": {"outcomes": {"a": 0.0, "b": 0.0}, "scores": {"a": 0.2, "b": 0.5}}}}
+    after = {"conditions": {"none": {"outcomes": {"a": 0.0, "b": 0.0}, "scores": {"a": 0.6, "b": 0.7}}}}
+    assert paired_difference(before, after)["estimate"] == 0.0  # no success either time
+    d = paired_difference(before, after, field="scores")
+    assert d["estimate"] == pytest.approx(0.3)  # ((0.6 - 0.2) + (0.7 - 0.5)) / 2, by hand
+    assert d["low"] == pytest.approx(0.2) and d["high"] == pytest.approx(0.4)  # the two per-task differences

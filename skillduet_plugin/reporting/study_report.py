@@ -32,6 +32,7 @@ class ArmData:
     label: str
     seeds: list[int] = field(default_factory=list)
     curves: list[list[tuple[int, float]]] = field(default_factory=list)  # per seed: (step, rollout success)
+    reward_curves: list[list[tuple[int, float]]] = field(default_factory=list)  # per seed: (step, env reward)
     evals: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # per seed: condition -> summary
     train_evals: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # the RL training tasks, per seed
     rl_seconds: list[float] = field(default_factory=list)
@@ -63,6 +64,7 @@ def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list
         steps = step_records(read_metrics(path))
         data.seeds.append(r.seed)
         data.curves.append([(int(s["step"]), float(s["success"])) for s in steps if "success" in s])
+        data.reward_curves.append([(int(s["step"]), float(s["env_reward"])) for s in steps if "env_reward" in s])
         after = _read(path / "eval" / "after.json").get("conditions", {})
         neutral = _read(path / "eval" / NEUTRAL_FILE).get("conditions", {})
         data.evals.append({**after, **neutral})
@@ -232,15 +234,27 @@ def build_study_report(root: str | os.PathLike) -> Path:
     lines += ["## Panel success after RL", "",
               "Mean over seeds x panel tasks, % with the 95% percentile-bootstrap interval (seeds and tasks "
               "resampled).", ""]
-    before_avg = (before or {}).get("conditions", {}).get("none", {}).get("avg")
+    before_none = (before or {}).get("conditions", {}).get("none", {})
+    scored = _scored(base.get("env"))
+
+    def extra(score: float | None, curves: list[list[tuple[int, float]]]) -> list[str]:
+        if not scored:  # ALFWorld: the score is the success
+            return []
+        tails = [t for t in (_tail(c) for c in curves) if t is not None]
+        return ["–" if score is None else f"{100 * score:.1f}", "–" if not tails else f"{100 * _mean(tails):.1f}"]
+
     rows = [["Before RL (shared model)", "1", _pct(overall[0][1]),
-             "–" if before_avg is None else f"{100 * before_avg:.1f}", "–"]]
+             "–" if before_none.get("avg") is None else f"{100 * before_none['avg']:.1f}", "–"]
+            + extra(before_none.get("score"), [])]
     for a, (_, iv) in zip(arms, overall[1:]):
         tails = [t for t in (_tail(c) for c in a.curves) if t is not None]
         avg = _mean([ev["none"]["avg"] for ev in a.evals if "none" in ev])
+        score = _mean([ev["none"]["score"] for ev in a.evals if "score" in ev.get("none", {})])
         rows.append([a.label, str(len(a.seeds)), _pct(iv), "–" if avg is None else f"{100 * avg:.1f}",
-                     "–" if not tails else f"{100 * _mean(tails):.1f}"])
-    lines += _table(["Method", "Seeds", "Success %", "Avg over types %", "Rollout success, last 3 steps %"], rows) + ["", "![panel](panel.png)", ""]
+                     "–" if not tails else f"{100 * _mean(tails):.1f}"] + extra(score, a.reward_curves))
+    header = ["Method", "Seeds", "Success %", "Avg over types %", "Rollout success, last 3 steps %"]
+    header += ["Score (mean over seeds)", "Rollout score, last 3 steps"] if scored else []
+    lines += _table(header, rows) + ["", "![panel](panel.png)", ""]
     if all_types:
         lines += ["## Per task type", ""]
         lines += _table(["Method"] + all_types, [[label] + [_pct(dict(per_type[t])[label]) for t in all_types]
@@ -287,6 +301,13 @@ def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[s
     if comp:
         lines += _table(["Comparison (training tasks)", "Difference", "Verdict"], comp) + [""]
     return lines
+
+
+def _scored(env: str | None) -> bool:
+    """True for environments whose score is not just the success (WebShop: the paper reports both)."""
+    from skillduet_plugin.envs.registry import env_names, env_spec
+
+    return bool(env) and env in env_names() and not env_spec(env).per_type_report
 
 
 def _table3(arms: Sequence[ArmData]) -> list[str]:

@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teacher-logprobs", default="actor", choices=("actor", "rollout"),
                         help="SkillDuet's skillduet.teacher_logprobs: the actor's forward (default) or prefills on "
                              "the rollout servers, sent per task group during the rollout")
+    parser.add_argument("--consolidation-interval", type=int, default=None,
+                        help="SkillDuet's skillduet.consolidation_interval (default: the CPU loop's 1, a Global from "
+                             "step 2 on, which lengthens every later prompt; 10 = the paper's schedule, no Global "
+                             "within a short run: the overhead of extraction, teacher and scoring alone)")
     args = parser.parse_args(argv)
     from skillduet_plugin.testing.verl_cpu_run import read_metrics, run
 
@@ -45,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
         for rnd in range(repeats):
             sd = [f"skillduet.teacher_logprobs={args.teacher_logprobs}"] if args.teacher_logprobs != "actor" else []
+            if args.consolidation_interval is not None:
+                sd.append(f"skillduet.consolidation_interval={args.consolidation_interval}")
             for name, overrides in (("skillduet", sd), ("grpo", GRPO)):
                 out = Path(tmp) / f"{name}_{rnd}"
                 metrics = out / "metrics.jsonl"
@@ -63,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     table = {name: {p: med(name, p) for p in PHASES} for name in per_step}
     ratio = table["skillduet"]["step"] / table["grpo"]["step"]
     results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps",
-                            "teacher_logprobs": args.teacher_logprobs},
+                            "teacher_logprobs": args.teacher_logprobs,
+                            "consolidation_interval": args.consolidation_interval or 1},
                "median_timing_s": table,
                "phase_ratios": {p: (table["skillduet"][p] / table["grpo"][p] if table["grpo"][p] else None)
                                 for p in PHASES},

@@ -147,8 +147,10 @@ def command(model_dir: str, train_file: str, out_dir: str, *, steps: int, stock:
            f"data.val_files={train_file}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}",
            f"trainer.default_local_dir={Path(out_dir) / 'checkpoints'}",
            f"trainer.experiment_name={'stock' if stock else 'skillduet'}",
-           f"hydra.run.dir={Path(out_dir) / 'hydra'}", *runtime_env_overrides(env), *extra]
-    return run
+           f"hydra.run.dir={Path(out_dir) / 'hydra'}", *runtime_env_overrides(env)]
+    # an extra override replaces the default of the same key (Hydra refuses a key given twice)
+    keys = {e.split("=", 1)[0].lstrip("+") for e in extra}
+    return [o for o in run if o.split("=", 1)[0].lstrip("+") not in keys] + list(extra)
 
 
 def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, float]]:

@@ -4,8 +4,8 @@ Each configuration is one ``main_ppo`` process through the test-only CPU rollout
 (``skillduet_plugin.testing.verl_cpu_run``: tiny model, generated ALFWorld games, offline analyzer), run
 alternately (A B A B ...) because verl cannot host two trainers in one process:
 
-- ``skillduet``: the plugin with the paper defaults (Strength from the teacher pass, consolidation every step
-  as in the CPU runner);
+- ``skillduet``: the plugin with the paper defaults (Strength from the teacher pass, a consolidation every 10
+  steps unless ``--consolidation-interval`` says otherwise);
 - ``grpo``: the same plugin, agent loop and games with extraction, OPD and the Global off.
 verl's own ``timing_s/*`` per step (``gen``, ``old_log_prob``, ``adv``, ``update_actor``, ``step`` and the
 plugin's ``skillduet_*`` phases) are read from its file logger; step 1 (warm-up) is dropped. Headline:
@@ -35,10 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teacher-logprobs", default="actor", choices=("actor", "rollout"),
                         help="SkillDuet's skillduet.teacher_logprobs: the actor's forward (default) or prefills on "
                              "the rollout servers, sent per task group during the rollout")
-    parser.add_argument("--consolidation-interval", type=int, default=None,
-                        help="SkillDuet's skillduet.consolidation_interval (default: the CPU loop's 1, a Global from "
-                             "step 2 on, which lengthens every later prompt; 10 = the paper's schedule, no Global "
-                             "within a short run: the overhead of extraction, teacher and scoring alone)")
+    parser.add_argument("--consolidation-interval", type=int, default=10,
+                        help="SkillDuet's skillduet.consolidation_interval (default 10, the paper's schedule, as in "
+                             "bench/step_overhead.py: no Global within a short run, so the ratio is what extraction, "
+                             "the teacher pass and scoring add; 1: a Global from step 2 on, which lengthens every "
+                             "later prompt and adds the method's prompt cost)")
     args = parser.parse_args(argv)
     from skillduet_plugin.testing.verl_cpu_run import read_metrics, run
 
@@ -49,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
         for rnd in range(repeats):
             sd = [f"skillduet.teacher_logprobs={args.teacher_logprobs}"] if args.teacher_logprobs != "actor" else []
-            if args.consolidation_interval is not None:
-                sd.append(f"skillduet.consolidation_interval={args.consolidation_interval}")
+            sd.append(f"skillduet.consolidation_interval={args.consolidation_interval}")
             for name, overrides in (("skillduet", sd), ("grpo", GRPO)):
                 out = Path(tmp) / f"{name}_{rnd}"
                 metrics = out / "metrics.jsonl"
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = table["skillduet"]["step"] / table["grpo"]["step"]
     results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps",
                             "teacher_logprobs": args.teacher_logprobs,
-                            "consolidation_interval": args.consolidation_interval or 1},
+                            "consolidation_interval": args.consolidation_interval},
                "median_timing_s": table,
                "phase_ratios": {p: (table["skillduet"][p] / table["grpo"][p] if table["grpo"][p] else None)
                                 for p in PHASES},

@@ -224,7 +224,7 @@ def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[st
     """The panel before RL, once for the study (greedy on the shared model: every arm and seed would get the
     same numbers); with ``eval_training_tasks`` also the first of the RL training tasks (``before_train.json``)."""
     from skillduet_plugin.runs.evaluate import evaluate_panel
-    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads, train_tasks
+    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads, train_tasks, training_eval_tasks
 
     file, train_file = root / BEFORE_FILE, root / BEFORE_TRAIN_FILE
     wanted = [(file, None)] + ([(train_file, config.train_split)] if config.eval_training_tasks else [])
@@ -235,7 +235,7 @@ def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[st
     for target, split in wanted:
         if target.is_file():
             continue
-        tasks = panel(config) if split is None else train_tasks(config)[:config.eval_training_tasks]
+        tasks = panel(config) if split is None else training_eval_tasks(config, train_tasks(config))
         results = evaluate_panel(net, tokenizer, config, tasks, None, conditions=("none",), log=say, split=split)
         results["panel"] = split or config.panel
         _atomic_json(target, results)

@@ -27,6 +27,17 @@ def paired_difference(before: dict | None, after: dict | None, mode: str = "none
     return {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "level": iv.level, "tasks": len(tasks)}
 
 
+def _differences(before: dict | None, after: dict | None) -> dict[str, Any]:
+    return {"difference": paired_difference(before, after),
+            "score_difference": paired_difference(before, after, field="scores")}
+
+
+def panel_summary(before: dict | None, after: dict | None, config: RunConfig, n: int) -> dict[str, Any]:
+    """The panel's after - before differences (success, and score for environments that report one)."""
+    return {"split": config.panel, "tasks": n, "unseen": config.panel != config.train_split,
+            **_differences(before, after)}
+
+
 def training_summary(before: dict | None, after: dict | None, config: RunConfig, n: int) -> dict[str, Any] | None:
     if before is None and after is None:
         return None
@@ -35,8 +46,7 @@ def training_summary(before: dict | None, after: dict | None, config: RunConfig,
         return None if res is None else res["conditions"]["none"]["success"]
 
     return {"split": config.train_split, "tasks": n, "success_before": rate(before), "success_after": rate(after),
-            "difference": paired_difference(before, after),
-            "score_difference": paired_difference(before, after, field="scores")}
+            **_differences(before, after)}
 
 
 def run_summary(before: dict | None, after: dict | None, warm: dict | None, timings: dict[str, float]) -> dict:

@@ -17,7 +17,8 @@ from typing import Any, Callable
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
 from skillduet_plugin.runs.environment import data_identity, env_kwargs, make_env
 from skillduet_plugin.runs.recorder import RunRecorder
-from skillduet_plugin.runs.summary import paired_difference, run_summary, summary_line, training_line, training_summary
+from skillduet_plugin.runs.summary import (panel_summary, run_summary, summary_line, training_line,
+                                          training_summary)
 from skillduet_plugin.runs.rundir import (CONFIG_FILE, MetricsWriter, RunDir, cache_dir, read_metrics, resolve_model,
                                           write_json)
 
@@ -93,6 +94,11 @@ def train_tasks(config: RunConfig) -> list[str]:
         return interleave_by_type(env, list(env.tasks), config.train_tasks)
     finally:
         env.close()
+
+
+def training_eval_tasks(config: RunConfig, train_ids: list[str]) -> list[str]:
+    """The RL training tasks measured before and after RL: the first ``eval_training_tasks`` of them."""
+    return train_ids[:config.eval_training_tasks]
 
 
 def interleave_by_type(env: Any, tasks: list[str], limit: int = 0) -> list[str]:
@@ -226,7 +232,7 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         before = _before(run, "before", checkpoint is not None, config.eval_before,
                          lambda: measure(model, tokenizer, config, tasks_panel, run, label="before",
                                          conditions=("none",), log=say))
-        train_eval_ids = train_ids[:config.eval_training_tasks]
+        train_eval_ids = training_eval_tasks(config, train_ids)
         before_train = _before(run, "before_train", checkpoint is not None,
                                config.eval_before and bool(train_eval_ids),
                                lambda: measure(model, tokenizer, config, train_eval_ids, run, label="before_train",
@@ -262,10 +268,7 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         timings["time/eval_after_s"] = time.time() - t0
         timings["time/total_s"] = time.time() - t_start
         summary = run_summary(before, after, warm_info, timings)
-        summary["panel"] = {"split": config.panel, "tasks": len(tasks_panel),
-                            "unseen": config.panel != config.train_split,
-                            "difference": paired_difference(before, after),
-                            "score_difference": paired_difference(before, after, field="scores")}
+        summary["panel"] = panel_summary(before, after, config, len(tasks_panel))
         summary["training_tasks"] = training_summary(before_train, after_train, config, len(train_eval_ids))
         writer.write({"event": "summary", **summary})
         write_json(run.root / "summary.json", summary)

@@ -1,17 +1,19 @@
-"""Probe: does a warm-started model read its skill section? Teacher-forced on the searching expert's episodes of
-unseen games, each turn scores every admissible action (choose mode) with the first prompt holding no skill
-section, the procedure of a won train episode of the same task type (relevant), of another task type
-(irrelevant), or length-matched neutral text. A model that reads skills puts more probability on the expert's
-action with the relevant section than without or with the others.
+"""Probe: does a warm-started model read a Local skill? On each game of a panel, another expert episode of the same
+game (seed 1) gives the analyzer's Local skill (``runs.warmstart.analyzer_skill``: it says where the target was
+taken); the expert that acts on it (``hint``) plays the episode that is teacher-forced. Each turn scores every
+admissible action (choose mode) with the first prompt holding no skill section, that Local skill under
+``## Hindsight skill`` (same game), the Local skill of another game of the task type (same form, wrong
+content) or length-matched neutral text. A model that reads skills puts more probability on the hinted expert's
+action with the same-game skill than without or with the others.
 
-    python bench/skill_reading.py --steps 300          # warm start as the demo's, with 300 cloning steps
+    python bench/skill_reading.py                       # the demo's warm start (cached), valid_unseen games
+    python bench/skill_reading.py --panel train         # the games it was cloned on
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import time
@@ -21,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _common  # noqa: E402,F401  (offline environment variables)
 
-CONDITIONS = ("none", "relevant", "irrelevant", "neutral")
+CONDITIONS = ("none", "same_game", "other_game", "neutral")
 
 
 def _segments(mask: list[int]) -> list[int]:
@@ -29,30 +31,31 @@ def _segments(mask: list[int]) -> list[int]:
     return [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
 
 
-def probe(model, chat, records, donors, env_name: str, max_total_tokens: int, budget: int, seed: int) -> dict:
+def probe(model, chat, env, tasks, env_name: str, max_turns: int, max_total_tokens: int, budget: int) -> dict:
     import torch
 
     from skillduet_plugin.rollout.choice import action_response, candidate_logprobs
     from skillduet_plugin.runs.evaluate import neutral_text
-    from skillduet_plugin.runs.warmstart import layout_episode, procedure_text
-    from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
+    from skillduet_plugin.runs.warmstart import analyzer_skill, layout_episode, play_expert
+    from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections, skill_section
 
-    rng = random.Random(seed)
+    donors = {t: play_expert(env, t, max_turns=max_turns, seed=1) for t in tasks}
+    skills = {t: analyzer_skill(d, env_name) for t, d in donors.items() if d.won}
     stats = {c: {"hits": 0, "turns": 0, "logp": []} for c in CONDITIONS}
-    for rec in records:
-        same = [d for d in donors if d.scope == rec.scope]
-        other = [d for d in donors if d.scope != rec.scope]
-        relevant = procedure_text(rng.choice(same).actions) if same else None
-        irrelevant = procedure_text(rng.choice(other).actions)
-        texts = {"none": None, "relevant": relevant, "irrelevant": irrelevant,
-                 "neutral": neutral_text(len(chat.encode(relevant or irrelevant)), chat.tokenizer)}
+    for t in tasks:
+        if t not in skills:
+            continue
+        rec = play_expert(env, t, max_turns=max_turns, seed=0, hint=donors[t].actions)
+        other = [o for o in skills if o != t and donors[o].scope == rec.scope]
+        texts = {"none": None, "same_game": skills[t], "other_game": skills[other[0]] if other else None,
+                 "neutral": neutral_text(len(chat.encode(skills[t])), chat.tokenizer)}
         for cond, text in texts.items():
             if cond != "none" and text is None:
                 continue
             insert = None
             if text is not None:
-                section = skill_section(GLOBAL_HEADER, text, budget, chat.tokenizer)
-                insert = (lambda m, t, s, sec=section: insert_sections(m, [sec], task=t, position="after_task"))
+                section = skill_section(LOCAL_HEADER, text, budget, chat.tokenizer)
+                insert = (lambda m, t_, s, sec=section: insert_sections(m, [sec], task=t_, position="after_task"))
             ep = layout_episode(rec, env_name, chat, max_total_tokens=max_total_tokens, skill_sections=insert)
             starts = _segments(ep.tokens.completion_mask)
             for k, action in enumerate(ep.actions):
@@ -73,9 +76,10 @@ def probe(model, chat, records, donors, env_name: str, max_total_tokens: int, bu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="warm-start cloning steps")
+    parser.add_argument("--steps", type=int, default=700, help="warm-start cloning steps (700: the demo's)")
     parser.add_argument("--skill-fraction", type=float, default=0.5)
     parser.add_argument("--panel", default="valid_unseen")
+    parser.add_argument("--games", type=int, default=48, help="the panel's first N games")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -88,7 +92,7 @@ def main() -> None:
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import cache_dir, resolve_model
     from skillduet_plugin.runs.trl_runner import set_threads, warm_start_settings
-    from skillduet_plugin.runs.warmstart import play_expert
+    from skillduet_plugin.runs.warmstart import LOCAL_SKILL_TOKENS
     from skillduet_plugin.runs.warmstart_cache import warm_start_model
 
     config = load_run_config(None, [f"warm_start.steps={args.steps}", f"seed={args.seed}",
@@ -102,13 +106,11 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))
-    train_env = make_env(config, config.train_split)
-    donors = [r for r in (play_expert(train_env, t, max_turns=config.max_turns, seed=0)
-                          for t in list(train_env.tasks)[:config.warm_start.games]) if r.won]
     panel_env = make_env(config, args.panel)
-    records = [play_expert(panel_env, t, max_turns=config.max_turns, seed=0) for t in panel_env.tasks]
-    result = probe(model, chat, records, donors, config.env, config.max_total_tokens,
-                   config.warm_start.skill_token_budget, args.seed)
+    tasks = list(panel_env.tasks)[:args.games]
+    result = probe(model, chat, panel_env, tasks, config.env, config.warm_start.max_turns or config.max_turns,
+                   config.max_total_tokens, LOCAL_SKILL_TOKENS)
+    records = tasks
     out = {"steps": args.steps, "skill_fraction": args.skill_fraction, "panel": args.panel,
            "games": len(records), "warm_start_loss": info.get("loss_last"), "result": result,
            "seconds": round(time.time() - t0, 1), "load1": _common.os.getloadavg()[0]}

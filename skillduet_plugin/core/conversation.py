@@ -79,9 +79,13 @@ class EpisodeTokens:
     # old log-probs of policy tokens if the generator returned them (0.0 placeholders on env tokens)
     completion_logps: list[float] = field(default_factory=list)
 
-    def add_policy(self, ids: Sequence[int], logps: Sequence[float] | None = None) -> None:
+    def add_policy(self, ids: Sequence[int], logps: Sequence[float] | None = None,
+                   mask: Sequence[int] | None = None) -> None:
+        """Append policy tokens; ``mask`` (default all 1) marks which of them the losses train on."""
+        if mask is not None and len(mask) != len(ids):
+            raise ValueError(f"mask has {len(mask)} entries for {len(ids)} policy tokens")
         self.completion_ids.extend(int(i) for i in ids)
-        self.completion_mask.extend([1] * len(ids))
+        self.completion_mask.extend([int(bool(m)) for m in mask] if mask is not None else [1] * len(ids))
         self.completion_logps.extend(list(logps) if logps is not None else [0.0] * len(ids))
 
     def add_env(self, ids: Sequence[int]) -> None:

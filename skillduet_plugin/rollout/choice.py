@@ -4,7 +4,8 @@ Instead of generating a turn freely, every admissible action is written as the r
 give (:func:`action_response`: ``<think>reason</think><action>A</action>`` + eos), each response's total
 log-prob under the policy is computed given the episode so far, and one is drawn with probability
 ``softmax(sum_logp / temperature)`` (the argmax when greedy). The chosen response's tokens are then recorded
-exactly like generated ones, so training on them is unchanged. The CPU demo uses this so that a tiny model,
+like generated ones, with a loss mask of its decisive tokens only (``rollout.engine.decisive_mask``: the tokens
+every remaining candidate shares, such as ``go to`` or ``</action>``, say nothing about the choice). The CPU demo uses this so that a tiny model,
 which cannot copy long action strings reliably, still plays real games; real runs generate freely.
 """
 

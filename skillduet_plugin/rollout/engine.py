@@ -240,7 +240,8 @@ class EpisodeState:
         turn_logps = logps is not None and len(logps) == len(ids)
         self._all_logps = self._all_logps and turn_logps
         ep.has_logps = self._all_logps
-        ep.tokens.add_policy(ids, logps if turn_logps else None)
+        decisive = decisive_mask(ids, request.candidates) if request.candidates is not None else None
+        ep.tokens.add_policy(ids, logps if turn_logps else None, decisive)
         if not ids or ids[-1] != chat.eos_token_id:
             ep.tokens.add_env([chat.eos_token_id])  # close the turn; not the policy's token
         # Special tokens such as <action> may be registered as "special": drop only eos/pad, keep the rest.
@@ -286,6 +287,24 @@ class EpisodeState:
             return
         ep.tokens.add_env(turn)
         ep.messages.append({"role": "user", "content": content})
+
+
+def decisive_mask(chosen: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[int]:
+    """Choose mode's loss mask over the chosen candidate's tokens: 1 where the choice was made, 0 where it was not.
+
+    A token is decisive when another candidate shares every earlier token of the chosen one and differs at
+    that position; elsewhere every candidate still possible agrees (``<think>I``, ``go to``, ``</action>`` and
+    eos), so the token says nothing about which action was picked. Training on those tokens would push a
+    failing episode's shared prefix down for every action that starts with it (all ``go to`` actions at once)
+    rather than the action taken; masked out, the RL and distillation losses act only on the choice.
+    A forced turn (one candidate) has no decisive token.
+    """
+    alive = [c for c in candidates if list(c) != list(chosen)]
+    mask = []
+    for i, tok in enumerate(chosen):
+        mask.append(int(any(len(c) > i and c[i] != tok for c in alive)))
+        alive = [c for c in alive if len(c) > i and c[i] == tok]
+    return mask
 
 
 # ---------------------------------------------------------------------- episode -> Trajectory
@@ -359,4 +378,4 @@ def to_trajectory(episode: Episode, *, step: int, traj_id: str, split: str = "tr
 
 
 __all__ = ["ACTION_SELECTIONS", "Episode", "EpisodeEngine", "EpisodeState", "Generation", "StudentFn",
-           "TurnRequest", "episode_from_record", "episode_record", "to_trajectory"]
+           "TurnRequest", "decisive_mask", "episode_from_record", "episode_record", "to_trajectory"]

@@ -29,13 +29,10 @@ EXPERTS = ("search", "walkthrough")
 
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
 # CPU run consolidates 3 times) and small skill budgets that fit the tiny model's context.
-DEMO_SKILLDUET: dict[str, Any] = {
-    "method": "skillduet",
-    "consolidation_interval": 3,
-    "skill_token_budget": 160,
-    "local_skill_token_budget": 96,
-    "max_heldout": 4,
-}
+DEMO_SKILLDUET: dict[str, Any] = {"method": "skillduet"}  # the paper's settings: a consolidation every 10 steps
+
+#: The demo's ALFWorld task types: pick2 (two objects to find) rarely fits in its 8 turns.
+DEMO_TASK_TYPES = "pick,look,clean,heat,cool"
 
 
 @dataclass
@@ -62,8 +59,11 @@ class WarmStartConfig:
                                     optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
-    skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section (inserted "
-                                    "as the RL loop inserts the Global), so the model learns to read it",
+    skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section written by "
+                                    "the offline analyzer from other expert episodes: half a '## Hindsight skill' "
+                                    "(the OPD teacher's Local skill) from another episode of the same game, which "
+                                    "the expert then acts on, half a '## Skills' Global of the task type, so the "
+                                    "model learns to read both as RL shows them",
                                     lo=0, hi=1)
     skill_token_budget: int = setting(160, "token budget of those sections; the warm start's own setting, not the "
                                       "method's skillduet.skill_token_budget, so runs of different methods start "
@@ -85,18 +85,23 @@ class RunConfig:
     data_dir: str | None = setting(None, "the environment's data folder (null: generated ALFWorld games / the "
                                    "synthetic WebShop catalogue)", kind="path", optional=True,
                                    fix="expected a folder path or null")
+    task_types: str | None = setting(DEMO_TASK_TYPES, "comma-separated task types that the training games, the "
+                                     "warm start and the panels are drawn from (null: all); the demo leaves out "
+                                     "ALFWorld's pick2, whose two searches rarely fit in 8 turns",
+                                     optional=True, fix="expected comma-separated task types, e.g. pick,look, "
+                                     "or null for all")
     train_split: str = setting("train", "split trained on", kind="str")
-    train_tasks: int = setting(12, "how many training tasks, taken round-robin over task types (0: all)",
+    train_tasks: int = setting(15, "how many training tasks, taken round-robin over task types (0: all)",
                                kind="int", lo=0)
     eval_panel: str | None = setting(None, "the fixed evaluation split (null: the environment's default panel)",
                                      kind="str", optional=True,
                                      fix="expected a split name such as valid_unseen, valid_seen or test")
-    eval_tasks: int = setting(24, "evaluation panel size, round-robin over task types (0: all)", kind="int", lo=0)
-    steps: int = setting(9, "RL steps; tasks_per_step x num_generations episodes are played per step",
+    eval_tasks: int = setting(20, "evaluation panel size, round-robin over task types (0: all)", kind="int", lo=0)
+    steps: int = setting(10, "RL steps; tasks_per_step x num_generations episodes are played per step",
                          kind="int", lo=1)
     num_generations: int = setting(8, "group size G (rollouts per task)", kind="int", lo=2,
                                    fix="a GRPO group needs at least 2 rollouts per task")
-    tasks_per_step: int = setting(4, "tasks per RL step", kind="int", lo=1)
+    tasks_per_step: int = setting(5, "tasks per RL step", kind="int", lo=1)
     max_turns: int = setting(8, "policy turns per episode at most", kind="int", lo=1)
     max_new_tokens_per_turn: int = setting(32, "generated tokens per turn at most", kind="int", lo=1)
     max_total_tokens: int = setting(2560, "prompt + completion tokens per episode at most", kind="int", lo=64)
@@ -118,12 +123,12 @@ class RunConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig,
                                         metadata={"help": "behaviour-cloning warm start"})
     eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
-    eval_training_tasks: int = setting(12, "also measure this many of the RL training tasks themselves (the first, "
+    eval_training_tasks: int = setting(15, "also measure this many of the RL training tasks themselves (the first, "
                                        "round-robin over task types; 0: none) before and after RL (greedy, no "
                                        "Global), reported apart from the panel as training games, never as unseen "
                                        "ones", kind="int", lo=0)
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
-    save_steps: int = setting(3, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
+    save_steps: int = setting(5, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
                                      optional=True)
     device: str = setting("auto", "auto picks cuda when available, else cpu", choices=DEVICES)
@@ -158,6 +163,18 @@ class RunConfig:
         if self.is_tiny and tiny_size(self.model) not in TINY_SIZES:
             invalid("model", self.model, f"tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
         check("env", self.env, choices=env_names())
+        if self.task_types is not None:
+            if not isinstance(self.task_types, str) or not self.task_type_list:
+                invalid("task_types", self.task_types, "expected comma-separated task types, e.g. pick,look, or "
+                        "null for all")
+            known = tuple(env_spec(self.env).scope_order)
+            if not known:
+                invalid("task_types", self.task_types, f"env {self.env!r} has no task types to choose from: set "
+                        f"task_types=null")
+            unknown = [t for t in self.task_type_list if t not in known]
+            if unknown:
+                invalid("task_types", self.task_types, f"{', '.join(unknown)} unknown: {self.env} task types are "
+                        f"{', '.join(known)} (or null for all)")
         self.warm_start.validate()
         self.method_config()  # raises ConfigError naming the skillduet.* field
 
@@ -199,6 +216,11 @@ class RunConfig:
     @property
     def panel(self) -> str:
         return self.eval_panel or env_spec(self.env).default_panel
+
+    @property
+    def task_type_list(self) -> list[str]:
+        """``task_types`` as a list ([] for all)."""
+        return [t.strip() for t in (self.task_types or "").split(",") if t.strip()]
 
     @property
     def is_tiny(self) -> bool:

@@ -12,13 +12,16 @@ from skillduet_plugin.runs.config import RunConfig
 def env_kwargs(config: RunConfig, split: str, limit: int = 0) -> dict[str, Any]:
     """Keywords for ``envs.make(config.env, **kw)`` (and ``EnvPool(env_kwargs=kw)``): data folder (None: the
     generated ALFWorld games / the synthetic WebShop catalogue), split, first ``limit`` tasks (0: all), the env's
-    choose-mode keywords (WebShop's search choices) when the policy chooses, then the config's own ``env_kwargs``."""
+    choose-mode keywords (WebShop's search choices) when the policy chooses, the ``task_types`` kept, then the
+    config's own ``env_kwargs``."""
     kw: dict[str, Any] = {"data_dir": config.data_dir, "split": split}
     spec = env_spec(config.env)
     if limit and spec.limit_keyword:  # envs without one are cut by the callers (env.tasks[:limit])
         kw[spec.limit_keyword] = int(limit)
     if config.action_mode == "choose":
         kw.update(spec.choose_kwargs)  # e.g. WebShop: search with queries built from the instruction
+    if config.task_type_list:  # validated against the env's task types (RunConfig.validate)
+        kw["task_types"] = config.task_type_list
     kw.update(config.env_kwargs)
     return kw
 

@@ -2,8 +2,8 @@
 succeeds and GRPO groups hold both successes and failures (nothing is paired or learned otherwise).
 
 Every training sequence is laid out by the RL rollout's own episode engine (``rollout.engine``): the first prompt
-from ``envs.prompts.initial_messages`` (sometimes with a skill section inserted at message level, as the Global
-is inserted), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and
+from ``envs.prompts.initial_messages`` (sometimes with a skill section inserted at message level, as RL inserts
+the Global or the teacher's Local skill: :func:`plan_skill_sections`), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and
 the environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the
 loss).
 ``runs.warmstart_cache`` builds and caches the warm-started model.
@@ -13,13 +13,18 @@ walkthrough goes straight to the hidden object, so a clone of walkthroughs never
 in the wrong place, and on unseen games it gets lost after its first guess. Measured on the CPU demo's tiny model
 (2 cores): cloning walkthroughs gave 0 wins in 64 sampled training rollouts; cloning the searching expert with
 the same budget wins in about half of them, so many GRPO groups mix successes and failures.
+
+A model trained from scratch reads a skill only if cloning taught it to. An episode with a Local skill (the
+analyzer's text from another episode of the same game, which says where the target was taken) is played by an
+expert that acts on it (ALFWorld: it searches that receptacle first), so the OPD teacher, the same model with the
+Local skill in its prompt, plays better than the student; a Global section (synthesized from other games of the
+task type) comes with the expert's ordinary search. The analyzer reads only the expert's actions and observations.
 """
 
 from __future__ import annotations
 
 import functools
 import random
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -29,6 +34,13 @@ from skillduet_plugin.core.settings import check
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.runs.config import EXPERTS
+from skillduet_plugin.skills.consolidate import render_global
+from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
+from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer
+
+#: The Local skill budget of a cloning episode's ``## Hindsight skill`` section (the method's default
+#: ``local_skill_token_budget``).
+LOCAL_SKILL_TOKENS = 96
 
 
 def expert_response(action: str) -> str:
@@ -37,25 +49,17 @@ def expert_response(action: str) -> str:
     return action_response(action)
 
 
-def procedure_text(actions: Sequence[str]) -> str:
-    """A procedure skill in the analyzer's style from expert actions, without instance numbers (``desk 1`` ->
-    ``desk``) so it reads as advice for any game of the task type."""
-    steps = []
-    for a in actions:
-        s = re.sub(r"\s+\d+\b", "", a).strip()
-        if s and (not steps or steps[-1] != s):
-            steps.append(s)
-    return "- Procedure: " + ", then ".join(steps) + "."
-
-
 # ---------------------------------------------------------------------- experts
 ExpertFn = Callable[[str, dict[str, Any], int], str]
 
 
-def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0) -> ExpertFn:
+def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0,
+                hint: Sequence[str] = ()) -> ExpertFn:
     """``expert(obs, info, turn) -> action`` for one episode of one task: the expert the environment registers
     (``make_expert`` of ``register_env``; ALFWorld: searching expert or walkthrough, WebShop: searching or
-    goal-directed shopper)."""
+    goal-directed shopper). ``hint``: the actions of another episode of the same task, which a skill written
+    from it describes; an expert whose factory takes ``hint`` acts on it (ALFWorld's searching expert looks
+    first where that episode took the target), others ignore it."""
     from skillduet_plugin.envs.registry import env_spec
 
     check("kind", kind, choices=EXPERTS)
@@ -63,7 +67,19 @@ def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0) 
     if factory is None:
         raise TypeError(f"env {env.name!r} registers no expert: warm start cannot make expert episodes for it "
                         f"(set warm_start.enabled=false)")
+    if hint and expert_takes_hint(env.name):
+        return factory(env, task_id, kind, seed, hint=tuple(hint))
     return factory(env, task_id, kind, seed)
+
+
+def expert_takes_hint(env_name: str) -> bool:
+    """Whether the environment's registered expert acts on a skill's hint (its factory has a ``hint`` keyword)."""
+    import inspect
+
+    from skillduet_plugin.envs.registry import env_spec
+
+    factory = env_spec(env_name).make_expert
+    return factory is not None and "hint" in inspect.signature(factory).parameters
 
 
 # ---------------------------------------------------------------------- episodes
@@ -79,6 +95,8 @@ class ExpertRecord:
     admissible: list[list[str]]
     actions: list[str]
     won: bool
+    seed: int = 0
+    hint: tuple[str, ...] = ()
 
 
 @dataclass
@@ -95,13 +113,15 @@ class ClonedEpisode:
     with_skill: bool
 
 
-def play_expert(env: Any, task_id: str, *, max_turns: int, kind: str = "search", seed: int = 0) -> ExpertRecord:
-    """Play the expert (:func:`make_expert`) on ``task_id`` for at most ``max_turns`` actions (the RL loop's
-    turn limit)."""
-    expert = make_expert(env, task_id, kind=kind, seed=seed)
+def play_expert(env: Any, task_id: str, *, max_turns: int, kind: str = "search", seed: int = 0,
+                hint: Sequence[str] = ()) -> ExpertRecord:
+    """Play the expert (:func:`make_expert`, with ``hint``) on ``task_id`` for at most ``max_turns`` actions (the
+    RL loop's turn limit)."""
+    expert = make_expert(env, task_id, kind=kind, seed=seed, hint=hint)
     obs, info = env.reset(task_id)
     record = ExpertRecord(task_id=task_id, scope=str(info["task_type"]), task=str(info["task"]),
-                          observations=[obs], admissible=[list(info["admissible_actions"])], actions=[], won=False)
+                          observations=[obs], admissible=[list(info["admissible_actions"])], actions=[], won=False,
+                          seed=seed, hint=tuple(hint))
     for turn in range(max_turns):
         action = expert(obs, info, turn)
         obs, _reward, done, info = env.step(action)
@@ -147,33 +167,95 @@ def layout_episode(record: ExpertRecord, env_name: str, chat: ChatTokenizer, *, 
                          with_skill=ep.student_messages != ep.prompt_messages)
 
 
-def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: ChatTokenizer, *,
-                       max_total_tokens: int, skill_fraction: float, skill_token_budget: int,
-                       skill_position: str = "after_task", seed: int = 0) -> list[ClonedEpisode]:
-    """Cloning episodes from expert records; about ``skill_fraction`` of them carry a skill section in their
-    first prompt (the procedure of *another* won expert episode of the same scope, inserted as the Global is:
-    ``skills.inject.global_messages``)."""
+@dataclass(frozen=True)
+class SkillPlan:
+    """The skill section one cloning episode carries, written by the offline analyzer from other expert episodes
+    (their actions and observations only, never the game's state), as RL shows skills:
+
+    - ``local``: a ``## Hindsight skill`` section (the OPD teacher's Local skill) from another won episode, of
+      the *same* task when there is one (half of the time) or of another task of the scope; the episode is
+      re-played with that episode's actions as the expert's ``hint``, so the clone learns to act on what a Local
+      skill says (on ALFWorld: look first where that episode took its target), right or wrong: only its
+      content, not its presence, tells where to look;
+    - ``global``: a ``## Skills`` section (the rollouts' Global) synthesized from won episodes of *other* tasks
+      of the scope, with the expert playing as without it (such text carries the task type's procedure, not
+      where this game's objects are).
+    """
+
+    kind: str
+    text: str
+    donor: int
+
+
+def plan_skill_sections(records: Sequence[ExpertRecord], env_name: str, *, skill_fraction: float,
+                        skill_token_budget: int, seed: int = 0) -> list[SkillPlan | None]:
+    """Per record, the skill section it carries (None for about ``1 - skill_fraction`` of them): two thirds of
+    the others a Local skill (from another won episode of the same task when there is one and a coin says so, else
+    of another task of the scope), the rest a Global."""
     rng = random.Random(seed)
-    by_scope: dict[str, list[int]] = {}
+    won = [i for i, rec in enumerate(records) if rec.won]
+    plans: list[SkillPlan | None] = []
     for i, rec in enumerate(records):
-        if rec.won:
-            by_scope.setdefault(rec.scope, []).append(i)
+        if rng.random() >= skill_fraction:
+            plans.append(None)
+            continue
+        same_task = [j for j in won if j != i and records[j].task_id == rec.task_id]
+        others = [j for j in won if records[j].scope == rec.scope and records[j].task_id != rec.task_id]
+        if (same_task or others) and rng.random() < 2 / 3:
+            donor = rng.choice(same_task if same_task and (rng.random() < 0.5 or not others) else others)
+            plans.append(SkillPlan("local", analyzer_skill(records[donor], env_name), donor))
+        elif others:
+            donors = rng.sample(others, min(2, len(others)))
+            text = synthesized_global([analyzer_skill(records[j], env_name) for j in donors], skill_token_budget)
+            plans.append(SkillPlan("global", text, donors[0]))
+        else:
+            plans.append(None)
+    return plans
+
+
+def analyzer_skill(record: ExpertRecord, env_name: str) -> str:
+    """The offline analyzer's Local skill (``local_procedure``) for one won expert episode."""
+    from skillduet_plugin.llm.offline import respond
+
+    trajectory = {"traj_id": f"{record.task_id}/{record.seed}", "task": record.task, "actions": record.actions,
+                  "observations": record.observations, "won": record.won, "reward": float(record.won)}
+    return parse_skill_answer(respond({"kind": "local_procedure", "env": env_name, "task": record.task,
+                                       "scope": record.scope, "trajectory": trajectory})) or ""
+
+
+def synthesized_global(local_texts: Sequence[str], budget_tokens: int) -> str:
+    """The offline synthesizer's Global from Local skills, as a consolidation writes it."""
+    from skillduet_plugin.llm.offline import respond
+
+    items = parse_global_answer(respond({"kind": "synthesize", "current": [], "new": list(local_texts),
+                                         "budget_tokens": budget_tokens}))
+    return render_global(items or [])
+
+
+def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: ChatTokenizer, *,
+                       max_total_tokens: int, plans: Sequence[SkillPlan | None], skill_token_budget: int,
+                       local_token_budget: int = LOCAL_SKILL_TOKENS,
+                       skill_position: str = "after_task") -> list[ClonedEpisode]:
+    """Cloning episodes from expert records, each with the skill section of its plan
+    (:func:`plan_skill_sections`), inserted as RL inserts the Global or a teacher's Local skill."""
+    if len(plans) != len(records):
+        raise ValueError(f"{len(plans)} skill plans for {len(records)} expert records")
     result = []
-    for i, rec in enumerate(records):
-        donors = [j for j in by_scope.get(rec.scope, []) if j != i]
+    for rec, plan in zip(records, plans):
         insert = None
-        if donors and rng.random() < skill_fraction:
-            insert = functools.partial(_insert_global, text=procedure_text(records[rng.choice(donors)].actions),
-                                       budget=skill_token_budget, position=skill_position, tokenizer=chat.tokenizer)
+        if plan is not None:
+            header, budget = (LOCAL_HEADER, local_token_budget) if plan.kind == "local" else \
+                (GLOBAL_HEADER, skill_token_budget)
+            insert = functools.partial(_insert_section, header=header, text=plan.text, budget=budget,
+                                       position=skill_position, tokenizer=chat.tokenizer)
         result.append(layout_episode(rec, env_name, chat, max_total_tokens=max_total_tokens, skill_sections=insert))
     return result
 
 
-def _insert_global(messages: list[dict], task: str, scope: str, *, text: str, budget: int, position: str,
-                   tokenizer: Any) -> list[dict]:
-    from skillduet_plugin.skills.inject import global_messages
-
-    return global_messages(messages, text, task=task, budget_tokens=budget, position=position, tokenizer=tokenizer)
+def _insert_section(messages: list[dict], task: str, scope: str, *, header: str, text: str, budget: int,
+                    position: str, tokenizer: Any) -> list[dict]:
+    return insert_sections(messages, [skill_section(header, text, budget, tokenizer)], task=task,
+                           position=position)
 
 
 # ---------------------------------------------------------------------- training

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.runs.warmstart import build_cloning_data, clone, play_expert
+from skillduet_plugin.runs.warmstart import (build_cloning_data, clone, expert_takes_hint, plan_skill_sections,
+                                             play_expert)
 
 FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-independent key
 
@@ -23,8 +24,11 @@ FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-i
 WARM_START_CODE = ("skillduet_plugin.runs.warmstart", "skillduet_plugin.runs.warmstart_cache",
                    "skillduet_plugin.envs.prompts", "skillduet_plugin.envs.alfworld.expert",
                    "skillduet_plugin.envs.alfworld.env", "skillduet_plugin.rollout.choice",
+                   "skillduet_plugin.llm.offline", "skillduet_plugin.llm.offline_alfworld",
+                   "skillduet_plugin.llm.offline_common", "skillduet_plugin.llm.offline_merge",
                    "skillduet_plugin.core.conversation", "skillduet_plugin.rollout.engine",
-                   "skillduet_plugin.skills.inject",
+                   "skillduet_plugin.skills.inject", "skillduet_plugin.llm.offline_webshop",
+                   "skillduet_plugin.envs.webshop.expert",
                    "skillduet_plugin.core.logprobs")
 
 
@@ -110,15 +114,22 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
     try:
         records = [play_expert(env, t, max_turns=s["max_turns"], kind=s["expert"], seed=k)
                    for t in list(env.tasks)[:s["games"]] for k in range(s["episodes_per_game"])]
+        plans = plan_skill_sections(records, s["env"], skill_fraction=s["skill_fraction"],
+                                    skill_token_budget=s["skill_token_budget"], seed=s["seed"])
+        if expert_takes_hint(s["env"]):  # an episode with a Local skill is played as that skill says
+            records = [play_expert(env, rec.task_id, max_turns=s["max_turns"], kind=s["expert"], seed=rec.seed,
+                                   hint=records[plan.donor].actions)
+                       if plan is not None and plan.kind == "local" else rec for rec, plan in zip(records, plans)]
     finally:
         env.close()
-    episodes = build_cloning_data(records, s["env"], chat, max_total_tokens=s["max_total_tokens"],
-                                  skill_fraction=s["skill_fraction"], skill_token_budget=s["skill_token_budget"],
-                                  skill_position=s["skill_position"], seed=s["seed"])
+    episodes = build_cloning_data(records, s["env"], chat, max_total_tokens=s["max_total_tokens"], plans=plans,
+                                  skill_token_budget=s["skill_token_budget"], skill_position=s["skill_position"])
     build_s = time.time() - t0
     won = sum(ep.won for ep in episodes)
-    log(f"warm start: {len(episodes)} {label} episodes ({won} won within {s['max_turns']} turns, "
-        f"{sum(ep.with_skill for ep in episodes)} with a skill section) in {build_s:.0f}s")
+    local = [records[p.donor].task_id == rec.task_id for rec, p in zip(records, plans) if p and p.kind == "local"]
+    log(f"warm start: {len(episodes)} {label} episodes ({won} won within {s['max_turns']} turns; with a Local "
+        f"skill: {sum(local)} from their game, {len(local) - sum(local)} from another game of the type; "
+        f"{sum(ep.with_skill for ep in episodes) - len(local)} with a Global) in {build_s:.0f}s")
     torch.manual_seed(s["seed"])
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
     progress = _progress(s["steps"], "warm start (behaviour cloning)")

@@ -102,3 +102,37 @@ def test_wins_official_valid_unseen_games(alfworld_real_data):
                 assert ok, (task_id, actions)
     finally:
         env.close()
+
+
+def test_a_hint_sends_the_search_first_where_another_episode_took_the_target(alfworld_generated):
+    """A Local skill says where the target was taken ("take the X from the Y"); the expert given that episode's
+    actions searches that receptacle class first, and never needs more actions than without the hint."""
+    from skillduet_plugin.envs.alfworld.expert import hint_classes
+
+    env = make("alfworld", data_dir=alfworld_generated, split="train")
+    try:
+        shorter = 0
+        for task_id in env.tasks:
+            params = task_params(task_id)
+            donor, _ = _play(env, task_id, seed=1)
+            classes = hint_classes(donor)
+            assert classes and all(c.isalpha() for c in classes)
+            plain, _ = _play(env, task_id, seed=0)
+            expert = env.searching_expert(task_id, 0, classes)
+            obs, info = env.reset(task_id)
+            hinted = []
+            for turn in range(50):
+                hinted.append(expert(obs, info, turn))
+                obs, _, done, info = env.step(hinted[-1])
+                if done:
+                    break
+            assert info["won"], (task_id, hinted)
+            first_go = next(a for a in hinted if a.startswith("go to "))
+            takes = [a for a in hinted if a.startswith(f"take {params.obj} ")]
+            assert first_go.split()[2] == classes[0] or not hinted[0].startswith("go to"), (task_id, hinted)
+            assert takes and takes[0].split(" from ")[1].split()[0] == classes[0]  # taken where the hint said
+            assert len(hinted) <= len(plain) or params.count == 2, (task_id, plain, hinted)
+            shorter += len(hinted) < len(plain)
+        assert shorter > 0  # negative control: the hint changes some episodes (the plain search is not the same)
+    finally:
+        env.close()

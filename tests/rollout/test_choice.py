@@ -7,6 +7,7 @@ import torch
 
 from skillduet_plugin.rollout.choice import action_response, candidate_logprobs, hf_choice_fn
 from skillduet_plugin.rollout.collector import Generation, run_episodes
+from skillduet_plugin.rollout.engine import decisive_mask
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.testing.toy_pool import ToyStepResult
 
@@ -120,16 +121,36 @@ def test_choose_mode_plays_only_admissible_actions_and_records_their_tokens(chat
         for turn, action in enumerate(ep.actions):
             assert action in pool.offered[i][turn]  # the list shown before that turn
         assert ep.actions == pool.received[i]
-        # completion = chosen response + eos (mask 1) | env turn (mask 0) | ... exactly as a generated turn
+        # completion = chosen response + eos (mask: its decisive tokens) | env turn (mask 0) | ...
         ids, mask, k = ep.tokens.completion_ids, ep.tokens.completion_mask, 0
+        user_turns = [m["content"] for m in ep.messages[len(ep.student_messages):] if m["role"] == "user"]
         for turn, action in enumerate(ep.actions):
             policy = chat.encode(action_response(action)) + [chat.eos_token_id]
-            assert ids[k:k + len(policy)] == policy and mask[k:k + len(policy)] == [1] * len(policy)
+            offered = [chat.encode(action_response(a)) + [chat.eos_token_id] for a in pool.offered[i][turn]]
+            assert ids[k:k + len(policy)] == policy
+            assert mask[k:k + len(policy)] == decisive_mask(policy, offered)
+            assert 0 < sum(mask[k:k + len(policy)]) < len(policy)  # some tokens decide, the shared ones do not
             assert ep.responses[turn] == action_response(action)
             k += len(policy)
-            while k < len(mask) and mask[k] == 0:
-                k += 1
+            if turn < len(user_turns):
+                env = chat.turn_ids(user_turns[turn])
+                assert ids[k:k + len(env)] == env and mask[k:k + len(env)] == [0] * len(env)
+                k += len(env)
         assert k == len(ids)
+
+
+def test_decisive_mask_marks_the_tokens_where_candidates_part():
+    go1, go2 = [5, 6, 7, 1, 0], [5, 6, 7, 2, 0]   # "think go to | desk 1 / desk 2 | eos"
+    take, look = [5, 8, 9, 3, 0], [4, 0]
+    cands = [go1, go2, take, look]
+    assert decisive_mask(go1, cands) == [1, 1, 0, 1, 0]   # 5 vs look's 4; 6 vs take's 8; 7 forced; 1 vs 2
+    assert decisive_mask(take, cands) == [1, 1, 0, 0, 0]
+    assert decisive_mask(look, cands) == [1, 0]
+    assert decisive_mask(go1, [go1]) == [0] * 5           # a forced turn decides nothing
+    # a candidate that is a prefix of another until its end: the eos is where they part
+    assert decisive_mask([5, 6, 0], [[5, 6, 0], [5, 6, 4, 0]]) == [0, 0, 1]
+    # negative control: the full mask (what training on every chosen token would use) is not what comes out
+    assert decisive_mask(go1, cands) != [1] * len(go1)
 
 
 def test_choose_mode_equals_generating_the_chosen_text(chat, tiny_model):
@@ -154,7 +175,9 @@ def test_choose_mode_equals_generating_the_chosen_text(chat, tiny_model):
                              chat=chat, max_turns=3, max_new_tokens=64, max_total_tokens=4096)
     for a, b in zip(chosen_eps, generated):
         assert a.tokens.completion_ids == b.tokens.completion_ids
-        assert a.tokens.completion_mask == b.tokens.completion_mask
+        # the same tokens; choose mode masks the ones every remaining candidate shares (decisive_mask)
+        assert all(m <= n for m, n in zip(a.tokens.completion_mask, b.tokens.completion_mask))
+        assert sum(a.tokens.completion_mask) < sum(b.tokens.completion_mask)
         assert a.messages == b.messages and a.actions == b.actions and a.valid == b.valid
 
 

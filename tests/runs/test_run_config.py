@@ -7,17 +7,19 @@ import yaml
 
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.envs.registry import env_spec
-from skillduet_plugin.runs.config import DEMO_SKILLDUET, RunConfig, load_run_config, parse_overrides, parse_value
+from skillduet_plugin.runs.config import RunConfig, load_run_config, parse_overrides, parse_value
 from skillduet_plugin.runs.environment import env_kwargs
 
 
-def test_defaults_are_the_demo_and_consolidate_at_least_twice():
+def test_defaults_are_the_demo_with_the_papers_schedule():
     cfg = load_run_config()
     assert cfg.model == "tiny"
     assert cfg.env == "alfworld" and cfg.data_dir is None
     method = cfg.method_config()
     assert method.analyzer.kind == "offline" and method.synthesizer.kind == "offline"
-    assert cfg.steps // method.consolidation_interval >= 2
+    # the paper's consolidation every 10 steps, and the demo runs long enough to write a Global
+    assert method.consolidation_interval == 10 and cfg.steps // method.consolidation_interval >= 1
+    assert cfg.task_type_list == ["pick", "look", "clean", "heat", "cool"]
     assert cfg.panel == "valid_unseen"
     assert cfg.warm_start_enabled  # tiny model -> warm start on by default
 
@@ -54,8 +56,9 @@ def test_overrides_merge_into_sections():
     method = cfg.method_config()
     assert method.keep_ratio == 0.25
     assert method.analyzer.temperature == 0.0
-    # the demo's shortened consolidation schedule is kept under an override
-    assert method.consolidation_interval == DEMO_SKILLDUET["consolidation_interval"]
+    # the WebShop demo's shortened consolidation schedule is kept under an override
+    assert method.consolidation_interval == env_spec("webshop").run_defaults["skillduet.consolidation_interval"]
+    assert load_run_config(None, ["skillduet.keep_ratio=0.25"]).method_config().consolidation_interval == 10
 
 
 def test_yaml_file_then_overrides(tmp_path):
@@ -167,3 +170,15 @@ def test_the_removed_wall_clock_cap_is_refused_with_its_replacement(tmp_path):
     with pytest.raises(ConfigError, match=r"max_minutes=5.0 was removed.*Delete the key"):
         load_run_config(old)
     assert not hasattr(load_run_config(None, ["warm_start.steps=10"]).warm_start, "max_minutes")
+
+
+def test_task_types_are_checked_against_the_env_and_passed_to_it():
+    from skillduet_plugin.runs.environment import env_kwargs
+
+    assert env_kwargs(load_run_config(), "train")["task_types"] == ["pick", "look", "clean", "heat", "cool"]
+    assert "task_types" not in env_kwargs(load_run_config(None, ["task_types=null"]), "train")
+    assert load_run_config(None, ["env=webshop"]).task_types is None  # WebShop has one scope: all of it
+    with pytest.raises(ConfigError, match=r"task_types.*pick3 unknown: alfworld task types are pick, "):
+        load_run_config(None, ["task_types=pick,pick3"])
+    with pytest.raises(ConfigError, match=r"task_types.*env 'webshop' has no task types.*task_types=null"):
+        load_run_config(None, ["env=webshop", "task_types=pick"])

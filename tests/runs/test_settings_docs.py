@@ -26,7 +26,7 @@ def test_train_help_lists_every_setting(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = capsys.readouterr().out
-    for key in ("steps (default 9)", "warm_start.games (default 72)", "skillduet.keep_ratio (default 0.5)",
+    for key in ("steps (default 10)", "warm_start.games (default 72)", "skillduet.keep_ratio (default 0.5)",
                 "skillduet.analyzer.kind (default offline)", "trl (default {})"):
         assert key in out
     assert RunConfig.__dataclass_fields__["steps"].metadata["help"].split(";")[0] in out

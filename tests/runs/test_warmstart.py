@@ -8,10 +8,10 @@ import pytest
 from skillduet_plugin.envs.prompts import initial_messages
 from skillduet_plugin.rollout.collector import Generation, run_episodes
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.runs.warmstart import (build_cloning_data, clone, expert_response, play_expert,
-                                             procedure_text)
+from skillduet_plugin.runs.warmstart import (analyzer_skill, build_cloning_data, clone, expert_response,
+                                             plan_skill_sections, play_expert)
 from skillduet_plugin.runs.warmstart_cache import cache_key, warm_start_model
-from skillduet_plugin.skills.inject import GLOBAL_HEADER, insert_sections, skill_section
+from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
 from runs_fakes import FAKE_TASKS, FakeAlfworld, FakePool
 
 TASKS = list(FAKE_TASKS)
@@ -47,6 +47,13 @@ def _records(tasks=TASKS, max_turns=10):
     return [play_expert(env, t, max_turns=max_turns) for t in tasks]
 
 
+def _clone_data(chat, records, *, max_total_tokens=8192, skill_fraction=0.0, seed=0, budget=64):
+    plans = plan_skill_sections(records, "alfworld", skill_fraction=skill_fraction, skill_token_budget=budget,
+                                seed=seed)
+    return build_cloning_data(records, "alfworld", chat, max_total_tokens=max_total_tokens, plans=plans,
+                              skill_token_budget=budget)
+
+
 def _scripted_generate(chat, records, student_prompts):
     """A generate_fn replaying each episode's expert responses (identified by its prompt tokens)."""
     queues = {tuple(p): [chat.encode(expert_response(a)) + [chat.eos_token_id] for a in rec.actions]
@@ -65,8 +72,7 @@ def _scripted_generate(chat, records, student_prompts):
 def test_expert_episode_tokens_equal_a_rollout(chat):
     records = _records()
     assert all(r.won for r in records)
-    cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, skill_fraction=0.0,
-                                skill_token_budget=64)
+    cloned = _clone_data(chat, records, max_total_tokens=8192, skill_fraction=0.0)
     generate = _scripted_generate(chat, records, [c.tokens.prompt_ids for c in cloned])
     rollouts = run_episodes(TASKS, env_name="alfworld", pool=FakePool(), generate_fn=generate, chat=chat,
                             max_turns=10, max_new_tokens=64, max_total_tokens=8192)
@@ -86,8 +92,7 @@ def test_expert_episode_tokens_equal_a_rollout(chat):
 
 def test_policy_turns_are_think_action_and_env_turns_are_masked(chat):
     [rec] = _records(TASKS[:1])
-    [c] = build_cloning_data([rec], "alfworld", chat, max_total_tokens=8192, skill_fraction=0.0,
-                             skill_token_budget=64)
+    [c] = _clone_data(chat, [rec], max_total_tokens=8192, skill_fraction=0.0)
     ids, mask = c.tokens.completion_ids, c.tokens.completion_mask
     segments, cur = [], [ids[0]]
     for k in range(1, len(ids)):  # split the completion into runs of equal mask
@@ -113,49 +118,49 @@ def test_policy_turns_are_think_action_and_env_turns_are_masked(chat):
     assert int(attn.sum()) == len(c.tokens)
 
 
-def test_some_prompts_carry_a_skill_section_inserted_at_message_level(chat):
+def test_some_prompts_carry_a_local_or_a_global_skill_section_inserted_at_message_level(chat):
     records = _records(TASKS * 5)
-    cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, skill_fraction=0.5,
-                                skill_token_budget=64, seed=0)
-    with_skill = [c for c in cloned if c.with_skill]
-    assert 0 < len(with_skill) < len(cloned)
-    plain = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, skill_fraction=0.0,
-                               skill_token_budget=64)
-    for c, p, rec in zip(cloned, plain, records):
-        if not c.with_skill:
+    plans = plan_skill_sections(records, "alfworld", skill_fraction=0.5, skill_token_budget=64, seed=0)
+    kinds = [p.kind if p else None for p in plans]
+    assert kinds.count("local") > 0 and kinds.count("global") > 0 and kinds.count(None) > 0
+    local_donors = [records[p.donor].task_id == rec.task_id for p, rec in zip(plans, records) if p and p.kind == "local"]
+    assert any(local_donors) and not all(local_donors)  # the same game and other games of the type
+    cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, plans=plans,
+                                skill_token_budget=64)
+    plain = _clone_data(chat, records)
+    for c, p, rec, plan in zip(cloned, plain, records, plans):
+        assert c.with_skill == (plan is not None)
+        if plan is None:
             assert c.tokens.prompt_ids == p.tokens.prompt_ids
             continue
-        content = c.student_messages[0]["content"]
-        task_line = f"Your task is to: {rec.task}\n"
-        assert f"{task_line}{GLOBAL_HEADER}\n- Procedure: " in content
-        text = content.split(f"{GLOBAL_HEADER}\n", 1)[1].split("\n\n", 1)[0]
-        # a procedure of another game of the same type, without instance numbers
-        assert not any(ch.isdigit() for ch in text)
-        section = skill_section(GLOBAL_HEADER, text, 64, chat.tokenizer)
+        donor = records[plan.donor]
+        assert donor.won and donor.scope == rec.scope
+        header, budget = (LOCAL_HEADER, 96) if plan.kind == "local" else (GLOBAL_HEADER, 64)
+        if plan.kind == "local":  # the analyzer's skill from another episode (of this game or another)
+            assert plan.text == analyzer_skill(donor, "alfworld") and donor is not rec
+        else:  # a Global synthesized from other games of the task type
+            assert donor.task_id != rec.task_id and plan.text.startswith("- ")
+        assert "Procedure for" in plan.text and not any(ch.isdigit() for ch in plan.text.split("(e.g.")[0])
+        section = skill_section(header, plan.text, budget, chat.tokenizer)
+        assert f"Your task is to: {rec.task}\n{header}\n" in c.student_messages[0]["content"]
         assert c.student_messages == insert_sections(p.student_messages, [section], task=rec.task)
         # only the prompt changes: the episode's completion is the same tokens
         assert c.tokens.completion_ids == p.tokens.completion_ids
-
-
-def test_procedure_text_strips_instances_and_repeats():
-    assert procedure_text(["go to desk 1", "go to desk 1", "take mug 2 from desk 1"]) == \
-        "- Procedure: go to desk, then take mug from desk."
+    with pytest.raises(ValueError, match="skill plans"):
+        build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, plans=plans[1:], skill_token_budget=64)
 
 
 def test_max_turns_and_token_budget_truncate_like_the_collector(chat):
     [rec] = _records(TASKS[:1], max_turns=2)
     assert len(rec.actions) == 2 and not rec.won
-    [full] = build_cloning_data(_records(TASKS[:1]), "alfworld", chat, max_total_tokens=8192, skill_fraction=0.0,
-                                skill_token_budget=64)
+    [full] = _clone_data(chat, _records(TASKS[:1]), max_total_tokens=8192, skill_fraction=0.0)
     budget = len(full.tokens) - 5
-    [cut] = build_cloning_data(_records(TASKS[:1]), "alfworld", chat, max_total_tokens=budget,
-                               skill_fraction=0.0, skill_token_budget=64)
+    [cut] = _clone_data(chat, _records(TASKS[:1]), max_total_tokens=budget, skill_fraction=0.0)
     assert len(cut.tokens) <= budget and not cut.won and len(cut.actions) < len(full.actions)
 
 
 def test_clone_lowers_the_loss(tiny_model, chat):
-    cloned = build_cloning_data(_records(TASKS[:2]), "alfworld", chat, max_total_tokens=8192, skill_fraction=0.0,
-                                skill_token_budget=64)
+    cloned = _clone_data(chat, _records(TASKS[:2]), max_total_tokens=8192, skill_fraction=0.0)
     stats = clone(tiny_model, cloned, steps=12, batch_size=2, learning_rate=1e-2,
                   pad_token_id=chat.pad_token_id)
     assert stats["steps"] == 12
@@ -196,8 +201,7 @@ def test_cloning_loss_equals_the_causal_lm_loss_on_the_labels(tiny_model, chat):
     from skillduet_plugin.runs.warmstart import cloning_loss
 
     records = _records(TASKS[:3])
-    cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, skill_fraction=0.5,
-                                skill_token_budget=64, seed=1)
+    cloned = _clone_data(chat, records, max_total_tokens=8192, skill_fraction=0.5, seed=1)
     ids, attn, labels = batch_tensors(cloned, pad_token_id=chat.pad_token_id)
     assert len({len(c.tokens) for c in cloned}) > 1  # padding is exercised
     tiny_model.eval()

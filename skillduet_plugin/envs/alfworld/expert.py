@@ -88,6 +88,7 @@ class SearchingExpert:
 
     params: TaskParams
     seed: int = 0
+    first: tuple[str, ...] = ()  # receptacle classes to search before the others (a skill's "take X from Y")
     _rng: random.Random = field(init=False)
     _order: list[str] = field(default_factory=list)
     _visited: set[str] = field(default_factory=set)
@@ -129,10 +130,12 @@ class SearchingExpert:
                 return f"go to {target}"
         return None
 
-    def _search(self, admissible: list[str], classes: frozenset[str] | set[str]) -> str:
-        """The next receptacle of ``classes`` not yet visited (seeded order), then any unvisited one."""
+    def _search(self, admissible: list[str], classes: frozenset[str] | set[str], first: tuple[str, ...] = ()) -> str:
+        """The next receptacle of ``classes`` not yet visited (seeded order; those of ``first`` before the
+        others), then any unvisited one."""
         self._order_or(admissible)
-        preferred = [r for r in self._order if _class_of(r) in classes and r not in self._visited]
+        hinted = [r for c in first for r in self._order if _class_of(r) == c and r not in self._visited]
+        preferred = hinted + [r for r in self._order if _class_of(r) in classes and r not in self._visited]
         others = [r for r in self._order if r not in self._visited]
         step = self._goto(admissible, preferred + others)
         if step is None:  # everything visited: look again, in the same order
@@ -157,7 +160,7 @@ class SearchingExpert:
             if f"open {self._here}" in adm:
                 return f"open {self._here}"
             known = [r for r, objs in self._seen.items() if objs and r != self._here]
-            return self._goto(adm, known) or self._search(adm, _plausible_holders(p.obj))
+            return self._goto(adm, known) or self._search(adm, _plausible_holders(p.obj), self.first)
         if p.scope in PROCESS and not self._processed:
             verb, appliances = PROCESS[p.scope]
             use = [a for a in adm if a.startswith(f"{verb} {self._holding} with ")
@@ -189,23 +192,36 @@ class SearchingExpert:
         return list(self._order)
 
 
-def searching_expert(task_id: str, seed: int = 0) -> SearchingExpert | None:
-    """A fresh :class:`SearchingExpert` for one episode of ``task_id``, or None when the task is a variant it
-    does not play (use the walkthrough then)."""
+def searching_expert(task_id: str, seed: int = 0, first: tuple[str, ...] = ()) -> SearchingExpert | None:
+    """A fresh :class:`SearchingExpert` for one episode of ``task_id`` (searching the receptacle classes
+    ``first`` before the others), or None when the task is a variant it does not play (use the walkthrough)."""
     params = task_params(task_id)
-    return SearchingExpert(params, seed) if params is not None else None
+    return SearchingExpert(params, seed, tuple(first)) if params is not None else None
 
 
-__all__ = ["LAMPS", "PROCESS", "SearchingExpert", "TaskParams", "searching_expert", "task_params"]
+def hint_classes(actions: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Where another episode took its target: the receptacle classes of its ``take X N from <recep>`` actions, in
+    order (what a skill written from that episode says: "take the X from the Y")."""
+    found: list[str] = []
+    for a in actions:
+        if a.startswith("take ") and " from " in a:
+            cls = _class_of(a.split(" from ", 1)[1])
+            if cls not in found:
+                found.append(cls)
+    return tuple(found)
 
 
-def make_expert(env: Any, task_id: str, kind: str = "search", seed: int = 0):
+__all__ = ["LAMPS", "PROCESS", "SearchingExpert", "TaskParams", "hint_classes", "searching_expert", "task_params"]
+
+
+def make_expert(env: Any, task_id: str, kind: str = "search", seed: int = 0, hint: tuple[str, ...] = ()):
     """The warm start's expert for one ALFWorld episode (registered with the env): with ``kind="search"`` the
-    env's searching expert (it visits receptacles in a ``seed``-dependent order); for task variants it does not
-    play, and with ``kind="walkthrough"``, the game's stored walkthrough."""
+    env's searching expert (it visits receptacles in a ``seed``-dependent order, first where the actions
+    ``hint`` of another episode took its target, :func:`hint_classes`, as a skill written from that episode
+    says); for task variants it does not play, and with ``kind="walkthrough"``, the game's stored walkthrough."""
     finder = getattr(env, "searching_expert", None)
     if kind == "search" and callable(finder):
-        expert = finder(task_id, seed)
+        expert = finder(task_id, seed, hint_classes(list(hint))) if hint else finder(task_id, seed)
         if expert is not None:
             return expert
     actions = list(env.walkthrough(task_id))

@@ -69,8 +69,9 @@ class SkillDuetGRPOConfig(GRPOConfig):
     action_selection: str = field(default="generate", metadata={"help": (
         "generate samples each turn freely; choose is constrained selection among the environment's admissible "
         "actions (rollout.choice: each action's response is scored by the policy and one is drawn from the "
-        "softmax of the sums at temperature), used by the CPU demo's tiny model; the chosen tokens are trained "
-        "on exactly as generated ones")})
+        "softmax of the sums at temperature), used by the CPU demo's tiny model; the losses train on the chosen "
+        "response's decisive tokens only (those where it parts from the other candidates still possible; the "
+        "shared ones such as 'go to' or '</action>' say nothing about the choice)")})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -85,11 +85,12 @@ class RunConfig:
     data_dir: str | None = setting(None, "the environment's data folder (null: generated ALFWorld games / the "
                                    "synthetic WebShop catalogue)", kind="path", optional=True,
                                    fix="expected a folder path or null")
-    task_types: str | None = setting(DEMO_TASK_TYPES, "comma-separated task types that the training games, the "
-                                     "warm start and the panels are drawn from (null: all); the demo leaves out "
-                                     "ALFWorld's pick2, whose two searches rarely fit in 8 turns",
-                                     optional=True, fix="expected comma-separated task types, e.g. pick,look, "
-                                     "or null for all")
+    task_types: str | None = setting("auto", "comma-separated task types that the training games, the warm start "
+                                     "and the panels are drawn from, or null for all; auto: the CPU demo's "
+                                     f"{DEMO_TASK_TYPES} on ALFWorld with a tiny model (pick2's two searches rarely "
+                                     "fit in its 8 turns), all task types otherwise",
+                                     optional=True, fix="expected auto, comma-separated task types such as "
+                                     "pick,look, or null for all")
     train_split: str = setting("train", "split trained on", kind="str")
     train_tasks: int = setting(15, "how many training tasks, taken round-robin over task types (0: all)",
                                kind="int", lo=0)
@@ -163,7 +164,7 @@ class RunConfig:
         if self.is_tiny and tiny_size(self.model) not in TINY_SIZES:
             invalid("model", self.model, f"tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
         check("env", self.env, choices=env_names())
-        if self.task_types is not None:
+        if self.task_types not in (None, "auto"):
             if not isinstance(self.task_types, str) or not self.task_type_list:
                 invalid("task_types", self.task_types, "expected comma-separated task types, e.g. pick,look, or "
                         "null for all")
@@ -219,7 +220,9 @@ class RunConfig:
 
     @property
     def task_type_list(self) -> list[str]:
-        """``task_types`` as a list ([] for all)."""
+        """``task_types`` as a list ([] for all), ``auto`` resolved by the env and the model."""
+        if self.task_types == "auto":
+            return DEMO_TASK_TYPES.split(",") if self.env == "alfworld" and self.is_tiny else []
         return [t.strip() for t in (self.task_types or "").split(",") if t.strip()]
 
     @property

@@ -177,7 +177,9 @@ def test_task_types_are_checked_against_the_env_and_passed_to_it():
 
     assert env_kwargs(load_run_config(), "train")["task_types"] == ["pick", "look", "clean", "heat", "cool"]
     assert "task_types" not in env_kwargs(load_run_config(None, ["task_types=null"]), "train")
-    assert load_run_config(None, ["env=webshop"]).task_types is None  # WebShop has one scope: all of it
+    assert load_run_config(None, ["env=webshop"]).task_type_list == []  # auto: WebShop has one scope, all of it
+    assert load_run_config(None, ["model=tiny:small", "task_types=auto"]).task_type_list  # a tiny model: the demo's
+    assert RunConfig(model="/m", task_types="auto").task_type_list == []  # a real model: all six
     with pytest.raises(ConfigError, match=r"task_types.*pick3 unknown: alfworld task types are pick, "):
         load_run_config(None, ["task_types=pick,pick3"])
     with pytest.raises(ConfigError, match=r"task_types.*env 'webshop' has no task types.*task_types=null"):

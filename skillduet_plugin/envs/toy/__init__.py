@@ -101,7 +101,7 @@ def toy_project_action(env_name: str, text: str,
 
 
 @register_env(TOY_ENV_NAME, initial_messages=toy_initial_messages, turn_message=toy_turn_message,
-              project_action=toy_project_action, default_panel="train", run_defaults={"task_types": None})
+              project_action=toy_project_action, default_panel="train")
 def make_toy(data_dir: str | None = None, split: str = "train", **kwargs: Any) -> ToyEnv:
     """The ``envs.make("toy", ...)`` factory: every split holds the same six tasks."""
     return ToyEnv(**kwargs)

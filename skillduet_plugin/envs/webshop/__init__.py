@@ -25,7 +25,7 @@ from skillduet_plugin.envs.webshop.synthetic import (catalogue_identity, ensure_
 # on 32 goals, 60 steps left the cross-entropy at 1.65 and the clone won no sampled episode, 200 steps reached 0.14.
 RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 256, "max_turns": 8, "max_total_tokens": 4096,
                 "warm_start.games": 128, "warm_start.episodes_per_game": 1, "warm_start.steps": 600,
-                "warm_start.max_turns": None, "num_generations": 4, "learning_rate": 2e-4, "task_types": None,
+                "warm_start.max_turns": None, "num_generations": 4, "learning_rate": 2e-4,
                 "steps": 9, "tasks_per_step": 4, "eval_training_tasks": 12, "save_steps": 3,
                 "skillduet.consolidation_interval": 3, "skillduet.skill_token_budget": 160,
                 "skillduet.local_skill_token_budget": 96, "skillduet.max_heldout": 4}

@@ -110,9 +110,8 @@ def main() -> None:
     tasks = list(panel_env.tasks)[:args.games]
     result = probe(model, chat, panel_env, tasks, config.env, config.warm_start.max_turns or config.max_turns,
                    config.max_total_tokens, LOCAL_SKILL_TOKENS)
-    records = tasks
     out = {"steps": args.steps, "skill_fraction": args.skill_fraction, "panel": args.panel,
-           "games": len(records), "warm_start_loss": info.get("loss_last"), "result": result,
+           "games": len(tasks), "warm_start_loss": info.get("loss_last"), "result": result,
            "seconds": round(time.time() - t0, 1), "load1": _common.os.getloadavg()[0]}
     print(json.dumps(out, indent=1))
     if args.json:

@@ -35,7 +35,7 @@ from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.runs.config import EXPERTS
 from skillduet_plugin.skills.consolidate import render_global
-from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
+from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
 from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer
 
 #: The Local skill budget of a cloning episode's ``## Hindsight skill`` section (the method's default
@@ -244,17 +244,20 @@ def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: Cha
     for rec, plan in zip(records, plans):
         insert = None
         if plan is not None:
-            header, budget = (LOCAL_HEADER, local_token_budget) if plan.kind == "local" else \
-                (GLOBAL_HEADER, skill_token_budget)
-            insert = functools.partial(_insert_section, header=header, text=plan.text, budget=budget,
-                                       position=skill_position, tokenizer=chat.tokenizer)
+            insert = functools.partial(_insert_section, plan=plan, position=skill_position, tokenizer=chat.tokenizer,
+                                       budget=local_token_budget if plan.kind == "local" else skill_token_budget)
         result.append(layout_episode(rec, env_name, chat, max_total_tokens=max_total_tokens, skill_sections=insert))
     return result
 
 
-def _insert_section(messages: list[dict], task: str, scope: str, *, header: str, text: str, budget: int,
-                    position: str, tokenizer: Any) -> list[dict]:
-    return insert_sections(messages, [skill_section(header, text, budget, tokenizer)], task=task,
+def _insert_section(messages: list[dict], task: str, scope: str, *, plan: SkillPlan, budget: int, position: str,
+                    tokenizer: Any) -> list[dict]:
+    """A Global as the rollouts insert it (``skills.inject.global_messages``), a Local skill as the teacher's
+    ``## Hindsight skill`` section (``SkillLifecycle.teacher_messages`` without a Global)."""
+    if plan.kind == "global":
+        return global_messages(messages, plan.text, task=task, budget_tokens=budget, position=position,
+                               tokenizer=tokenizer)
+    return insert_sections(messages, [skill_section(LOCAL_HEADER, plan.text, budget, tokenizer)], task=task,
                            position=position)
 
 

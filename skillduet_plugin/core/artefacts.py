@@ -42,8 +42,9 @@ def digest_key(key: Mapping[str, Any], length: int = 16) -> str:
 
 @functools.lru_cache(maxsize=None)
 def code_digest(*modules: str) -> str:
-    """A digest of the code of ``modules`` (dotted names) that ignores comments and formatting (it hashes the
-    parsed syntax tree), so that a cache keyed by it is rebuilt when the code that made it changes."""
+    """A digest of the code of ``modules`` (dotted names) that ignores comments, docstrings and formatting (it
+    hashes the parsed syntax tree without docstrings), so that a cache keyed by it is rebuilt when the code that
+    made it changes, and not when only its documentation does."""
     import importlib.util
 
     h = hashlib.sha256()
@@ -51,9 +52,21 @@ def code_digest(*modules: str) -> str:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             raise ModuleNotFoundError(f"code_digest: module {name!r} not found")
-        source = Path(spec.origin).read_text(encoding="utf-8")
-        h.update(name.encode() + b"\0" + ast.dump(ast.parse(source)).encode() + b"\0")
+        tree = _without_docstrings(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
+        h.update(name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    """``tree`` without the docstring (a leading string constant) of the module and of every class and function
+    (``pass`` where it was the whole body)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                node.body[:1] = [] if len(node.body) > 1 else [ast.Pass()]
+    return tree
 
 
 def _file_sha256(path: Path) -> str:

@@ -44,6 +44,9 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+SAMPLED = "sampled"
+
+
 def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list[ArmData]]:
     """``(spec, before-RL panel results, arms)`` of a study directory."""
     root = Path(root)
@@ -65,15 +68,24 @@ def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list
         data.seeds.append(r.seed)
         data.curves.append([(int(s["step"]), float(s["success"])) for s in steps if "success" in s])
         data.reward_curves.append([(int(s["step"]), float(s["env_reward"])) for s in steps if "env_reward" in s])
-        after = _read(path / "eval" / "after.json").get("conditions", {})
+        after = with_sampled(_read(path / "eval" / "after.json"))
         neutral = _read(path / "eval" / NEUTRAL_FILE).get("conditions", {})
         data.evals.append({**after, **neutral})
-        data.train_evals.append(_read(path / "eval" / "after_train.json").get("conditions", {}))
+        data.train_evals.append(with_sampled(_read(path / "eval" / "after_train.json")))
         data.rl_seconds.append(sum(float(s.get("time/step_s", 0.0)) for s in steps))
         summary = _read(path / "summary.json")
         data.eval_seconds.append(float(summary.get("time/eval_after_s", 0.0) or 0.0)
                                  + sum(float(c.get("seconds", 0.0)) for c in neutral.values()))
     return spec, _read(root / BEFORE_FILE), list(arms.values())
+
+
+def with_sampled(result: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation's conditions, plus its sampled-policy measurement (``eval_samples`` episodes per task, a
+    task's outcome the mean of them) as the pseudo-condition ``"sampled"`` when it was made."""
+    conditions = dict(result.get("conditions", {}))
+    if result.get("sampled"):
+        conditions[SAMPLED] = result["sampled"]
+    return conditions
 
 
 # ---------------------------------------------------------------------- numbers
@@ -211,6 +223,8 @@ def build_study_report(root: str | os.PathLike) -> Path:
     before_m = outcome_matrix([before.get("conditions", {})]) if before else None
 
     overall = [("Before RL", _ci(before_m))] + [(a.label, _ci(outcome_matrix(a.evals))) for a in arms]
+    before_s = outcome_matrix([with_sampled(before)], SAMPLED) if before else None
+    sampled = any(outcome_matrix(a.evals, SAMPLED) is not None for a in arms)
     all_types = sorted({t for a in arms for ev in a.evals for t in ev.get("none", {}).get("per_type", {})})
     per_type = {t: [("Before RL", _ci(outcome_matrix([before.get("conditions", {})], task_type=t)))
                     if before else ("Before RL", None)]
@@ -222,8 +236,8 @@ def build_study_report(root: str | os.PathLike) -> Path:
              f"Written {time.strftime('%Y-%m-%d %H:%M')}. Arms: {', '.join(spec.arms)}; seeds: "
              f"{', '.join(map(str, spec.seeds))}; {base.get('steps')} RL steps of {base.get('tasks_per_step')} tasks "
              f"x {base.get('num_generations')} rollouts each; panel {base.get('eval_panel')} "
-             f"({(before or {}).get('panel_size', '?')} tasks, greedy); every run starts from the same warm-started "
-             f"model.", "",
+             f"({(before or {}).get('panel_size', '?')} tasks, greedy"
+             f"{_sampled_note(before)}); every run starts from the same warm-started model.", "",
              "Reproduce: `skillduet study " + " ".join(
                  ([spec.config] if spec.config else []) + list(spec.overrides)
                  + [f"--methods {','.join(spec.arms)}", f"--seeds {','.join(map(str, spec.seeds))}"]
@@ -243,17 +257,22 @@ def build_study_report(root: str | os.PathLike) -> Path:
         tails = [t for t in (_tail(c) for c in curves) if t is not None]
         return ["–" if score is None else f"{100 * score:.1f}", "–" if not tails else f"{100 * _mean(tails):.1f}"]
 
+    def sampled_cell(matrix: list[list[float]] | None) -> list[str]:
+        return [_pct(_ci(matrix))] if sampled else []
+
     rows = [["Before RL (shared model)", "1", _pct(overall[0][1]),
              "–" if before_none.get("avg") is None else f"{100 * before_none['avg']:.1f}", "–"]
-            + extra(before_none.get("score"), [])]
+            + extra(before_none.get("score"), []) + sampled_cell(before_s)]
     for a, (_, iv) in zip(arms, overall[1:]):
         tails = [t for t in (_tail(c) for c in a.curves) if t is not None]
         avg = _mean([ev["none"]["avg"] for ev in a.evals if "none" in ev])
         score = _mean([ev["none"]["score"] for ev in a.evals if "score" in ev.get("none", {})])
         rows.append([a.label, str(len(a.seeds)), _pct(iv), "–" if avg is None else f"{100 * avg:.1f}",
-                     "–" if not tails else f"{100 * _mean(tails):.1f}"] + extra(score, a.reward_curves))
+                     "–" if not tails else f"{100 * _mean(tails):.1f}"] + extra(score, a.reward_curves)
+                    + sampled_cell(outcome_matrix(a.evals, SAMPLED)))
     header = ["Method", "Seeds", "Success %", "Avg over types %", "Rollout success, last 3 steps %"]
     header += ["Score (mean over seeds)", "Rollout score, last 3 steps"] if scored else []
+    header += ["Sampled success %"] if sampled else []
     lines += _table(header, rows) + ["", "![panel](panel.png)", ""]
     if all_types:
         lines += ["## Per task type", ""]
@@ -278,29 +297,44 @@ def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[s
     kept apart from the panel, which is never trained on."""
     if not before or not any(any(ev for ev in a.train_evals) for a in arms):
         return []
-    before_m = outcome_matrix([before.get("conditions", {})])
     lines = ["## The RL training tasks (not a held-out result)", "",
              f"The {before.get('panel_size', '?')} tasks of split `{before.get('panel', '?')}` that RL trained on, "
-             "played greedily without a Global before RL (the shared model) and after RL (each run). This measures "
-             "what RL learned on the games it practised; the panel above measures transfer.", ""]
-    rows = [["Before RL (shared model)", "1", _pct(_ci(before_m)), "–", "–"]]
-    mats = {}
-    for a in arms:
-        evs = [ev for ev in a.train_evals if ev]
-        m = outcome_matrix(evs) if len(evs) == len(a.evals) and evs else None
-        mats[a.arm] = m
-        gain = None
-        if m is not None and before_m is not None:
-            gain = _ci(m, [before_m[0]] * len(m))
-        rows.append([a.label, str(len(evs)), _pct(_ci(m)), _pct(gain, signed=True), _verdict(gain)])
-    lines += _table(["Method", "Seeds", "Success %", "After - before (points)", "Verdict"], rows) + [""]
-    pairs = [(a.arm, "grpo") for a in arms if a.arm != "grpo"] + [("strength", "random")]
-    label = {a.arm: a.label for a in arms}
-    comp = [[f"{label[x]} - {label[y]}", _pct(_ci(mats[x], mats[y]), signed=True), _verdict(_ci(mats[x], mats[y]))]
-            for x, y in pairs if mats.get(x) is not None and mats.get(y) is not None]
-    if comp:
-        lines += _table(["Comparison (training tasks)", "Difference", "Verdict"], comp) + [""]
+             "played without a Global before RL (the shared model) and after RL (each run), greedily"
+             f"{_sampled_note(before)}. This measures what RL learned on the games it practised; the panel above "
+             "measures transfer.", ""]
+    for condition, how in (("none", "greedy"), (SAMPLED, "sampled policy")):
+        before_m = outcome_matrix([with_sampled(before)], condition)
+        if before_m is None:
+            continue
+        rows = [["Before RL (shared model)", "1", _pct(_ci(before_m)), "–", "–"]]
+        mats = {}
+        for a in arms:
+            evs = [ev for ev in a.train_evals if ev]
+            m = outcome_matrix(evs, condition) if len(evs) == len(a.evals) and evs else None
+            mats[a.arm] = m
+            gain = None
+            if m is not None:
+                gain = _ci(m, [before_m[0]] * len(m))
+            rows.append([a.label, str(len(evs)), _pct(_ci(m)), _pct(gain, signed=True), _verdict(gain)])
+        lines += _table(["Method", "Seeds", f"Success % ({how})", "After - before (points)", "Verdict"], rows)
+        lines += [""]
+        pairs = [(a.arm, "grpo") for a in arms if a.arm != "grpo"] + [("strength", "random")]
+        label = {a.arm: a.label for a in arms}
+        comp = [[f"{label[x]} - {label[y]}", _pct(_ci(mats[x], mats[y]), signed=True),
+                 _verdict(_ci(mats[x], mats[y]))]
+                for x, y in pairs if mats.get(x) is not None and mats.get(y) is not None]
+        if comp:
+            lines += _table([f"Comparison (training tasks, {how})", "Difference", "Verdict"], comp) + [""]
     return lines
+
+
+def _sampled_note(result: dict[str, Any] | None) -> str:
+    """``; sampled policy: 4 episodes per task at temperature 1.0`` when the evaluation sampled too."""
+    sampled = (result or {}).get("sampled")
+    if not sampled:
+        return ""
+    return (f"; sampled policy: {sampled.get('samples', '?')} episodes per task at temperature "
+            f"{sampled.get('temperature', '?')}, a task's success the mean of them")
 
 
 def _scored(env: str | None) -> bool:

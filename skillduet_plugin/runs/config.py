@@ -58,6 +58,10 @@ class WarmStartConfig:
                                     "that the games the clone memorised leave RL room to improve", kind="int", lo=1,
                                     optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
+    workers: int = setting(0, "processes computing the episodes' gradients in parallel (0: auto = as many as the "
+                           "cores hold at the run's threads per process, at most batch_size; 1: in the run's own "
+                           "process). A speed setting only: any count trains bit-for-bit the same model, so it is "
+                           "not part of the cache key", kind="int", lo=0)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
     skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section written by "
                                     "the offline analyzer from other expert episodes: half a '## Hindsight skill' "
@@ -128,6 +132,14 @@ class RunConfig:
                                        "round-robin over task types; 0: none) before and after RL (greedy, no "
                                        "Global), reported apart from the panel as training games, never as unseen "
                                        "ones", kind="int", lo=0)
+    eval_samples: int = setting(4, "also measure the sampled policy, the one RL trains, on the RL training tasks: "
+                                "this many episodes per task (no Global) at the rollout temperature, seeded by the "
+                                "run's seed (the same on every run; training is unaffected), reported beside greedy "
+                                "success; a task's mean over its episodes makes the paired interval tighter than "
+                                "one 0/1 greedy outcome per task (0: greedy only)", kind="int", lo=0)
+    eval_panel_samples: int = setting(0, "the same on the panel (0: greedy only; on the demo's unseen ALFWorld "
+                                      "games the sampled policy wins none either, and the 80 episodes cost a "
+                                      "minute of its 10)", kind="int", lo=0)
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
     save_steps: int = setting(5, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
@@ -235,6 +247,11 @@ class RunConfig:
         if self.action_selection == "auto":
             return "choose" if self.is_tiny else "generate"
         return self.action_selection
+
+    def samples_for(self, split: str | None) -> int:
+        """Sampled episodes per task of an evaluation: ``eval_samples`` for the RL training tasks (measured with
+        their ``split``), ``eval_panel_samples`` for the panel (``split`` None)."""
+        return self.eval_panel_samples if split is None else self.eval_samples
 
     @property
     def warm_start_enabled(self) -> bool:

@@ -110,20 +110,26 @@ def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any) -> A
 
 
 def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
-    """Success overall and per task type, ``avg`` (mean of the per-type rates), mean score, counts."""
+    """Success overall and per task type, ``avg`` (mean of the per-type rates), mean score, counts; per task
+    (``outcomes``, ``scores``) the mean over that task's episodes."""
     by_type: dict[str, list[bool]] = {}
     for ep in episodes:  # the task type, whatever the run's scope key
         by_type.setdefault(str(getattr(ep, "task_type", "") or ep.scope), []).append(bool(ep.won))
     n = max(1, len(episodes))
     per_type = {t: sum(v) / len(v) for t, v in sorted(by_type.items())}
+    won: dict[str, list[float]] = {}
+    scored: dict[str, list[float]] = {}
+    for ep in episodes:  # a task played several times (sampled evaluation): its mean
+        won.setdefault(str(ep.task_id), []).append(float(bool(ep.won)))
+        scored.setdefault(str(ep.task_id), []).append(float(ep.score))
     result = {"success": sum(bool(ep.won) for ep in episodes) / n,
               "avg": sum(per_type.values()) / len(per_type) if per_type else 0.0,
               "per_type": per_type, "per_type_n": {t: len(v) for t, v in sorted(by_type.items())},
               "score": sum(float(ep.score) for ep in episodes) / n, "episodes": len(episodes),
               "errors": sum(ep.error is not None for ep in episodes),
               # per-task results in panel order: bootstrap intervals resample them (``skillduet study``)
-              "outcomes": {str(ep.task_id): float(bool(ep.won)) for ep in episodes},
-              "scores": {str(ep.task_id): float(ep.score) for ep in episodes},
+              "outcomes": {t: sum(v) / len(v) for t, v in won.items()},
+              "scores": {t: sum(v) / len(v) for t, v in scored.items()},
               "task_types": {str(ep.task_id): str(ep.scope) for ep in episodes},
               "invalid_action_rate": sum(ep.invalid_actions for ep in episodes) /
               max(1, sum(ep.num_turns for ep in episodes)),
@@ -135,9 +141,11 @@ def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
 
 def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
                condition: GlobalCondition, max_turns: int, max_new_tokens: int, max_total_tokens: int,
-               batch_size: int = 64, action_selection: str = "generate") -> list[Any]:
-    """One greedy episode per panel task under ``condition`` (all tasks in lockstep); ``action_selection=
-    "choose"`` takes the highest-scoring admissible action each turn instead of greedy generation."""
+               batch_size: int = 64, action_selection: str = "generate", do_sample: bool = False,
+               temperature: float = 1.0) -> list[Any]:
+    """One episode per entry of ``task_ids`` under ``condition`` (all in lockstep), greedy unless ``do_sample``
+    (then sampled at ``temperature`` from torch's global generator, as in the rollouts); ``action_selection=
+    "choose"`` picks among the admissible actions by their scores instead of generating."""
     import torch
 
     from skillduet_plugin.rollout.choice import hf_choice_fn
@@ -148,8 +156,9 @@ def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name:
     was_training = model.training
     model.eval()
     try:
-        generate = hf_generate_fn(model, chat, do_sample=False, batch_size=batch_size)
-        choose = hf_choice_fn(model, chat, do_sample=False) if action_selection == "choose" else None
+        generate = hf_generate_fn(model, chat, do_sample=do_sample, temperature=temperature, batch_size=batch_size)
+        choose = hf_choice_fn(model, chat, do_sample=do_sample,
+                              temperature=temperature) if action_selection == "choose" else None
         with torch.no_grad():
             return run_episodes(list(task_ids), env_name=env_name, pool=pool, generate_fn=generate, chat=chat,
                                 lifecycle=None if condition.mode == "none" else condition, max_turns=max_turns,
@@ -162,9 +171,12 @@ def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name:
 def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
                         lifecycle: Any = None, conditions: Sequence[str] = CONDITIONS, max_turns: int,
                         max_new_tokens: int, max_total_tokens: int, action_selection: str = "generate",
-                        log=print) -> dict[str, Any]:
+                        samples: int = 0, seed: int = 0, temperature: float = 1.0, log=print) -> dict[str, Any]:
     """Play the panel under each condition; conditions that need a Global are skipped (and listed under
-    ``skipped``) when the bank holds none for the panel's scopes."""
+    ``skipped``) when the bank holds none for the panel's scopes. With ``samples`` > 0 the policy is also
+    sampled (no Global): ``samples`` episodes per task at ``temperature``, under ``results["sampled"]`` (per task
+    the mean of its episodes), from a generator seeded with ``seed`` inside a forked RNG, so it is the same on
+    every run and leaves the caller's random state (and so the training that follows) untouched."""
     results: dict[str, Any] = {"conditions": {}, "skipped": {},
                                "decoding": "greedy" if action_selection == "generate" else "greedy choice",
                                "panel_size": len(task_ids)}
@@ -189,7 +201,40 @@ def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, 
         results["conditions"][mode] = summary
         log(f"eval [{CONDITION_LABELS[mode]}]: success {summary['success']:.3f} on {len(episodes)} tasks "
             f"({summary['seconds']}s)")
+    if samples > 0:
+        results["sampled"] = sampled_summary(model, tokenizer, task_ids, env_name=env_name, pool=pool,
+                                             samples=samples, seed=seed, temperature=temperature,
+                                             max_turns=max_turns, max_new_tokens=max_new_tokens,
+                                             max_total_tokens=max_total_tokens, action_selection=action_selection)
+        r = results["sampled"]
+        log(f"eval [{CONDITION_LABELS['none']}, sampled x{samples}]: success {r['success']:.3f} on "
+            f"{len(task_ids)} tasks ({r['seconds']}s)")
     return results
+
+
+def sampled_summary(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any, samples: int,
+                    seed: int, temperature: float, **limits: Any) -> dict[str, Any]:
+    """:func:`summarize` of :func:`sampled_episodes`."""
+    t0 = time.time()
+    episodes = sampled_episodes(model, tokenizer, task_ids, env_name=env_name, pool=pool, samples=samples, seed=seed,
+                                temperature=temperature, **limits)
+    summary = summarize(episodes, env_name)
+    summary.update(seconds=round(time.time() - t0, 1), samples=samples, temperature=temperature)
+    return summary
+
+
+def sampled_episodes(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
+                     samples: int, seed: int, temperature: float, **limits: Any) -> list[Any]:
+    """``samples`` sampled episodes per task (no Global), drawn from torch's generator seeded with ``seed``
+    inside a forked RNG: the same episodes on every call, and the caller's random state is left as it was."""
+    import torch
+
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return play_panel(model, tokenizer, [t for t in task_ids for _ in range(samples)], env_name=env_name,
+                          pool=pool, condition=GlobalCondition("none", None), do_sample=True,
+                          temperature=temperature, **limits)
 
 
 def _globals(lifecycle: Any) -> list[Any]:
@@ -224,10 +269,12 @@ def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str
 
 
 def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[str], bank_path: Any, *,
-                   conditions: Sequence[str] = CONDITIONS, log=print, split: str | None = None) -> dict[str, Any]:
+                   conditions: Sequence[str] = CONDITIONS, log=print, split: str | None = None,
+                   samples: int = 0) -> dict[str, Any]:
     """:func:`evaluate_conditions` for a run config: the run's Global (from ``bank_path`` if it exists), an
     environment pool for the panel (``split``: the tasks' split when they are not the panel's), the run's turn
-    limits and action selection; everything closed after."""
+    limits and action selection (``samples``: :func:`evaluate_conditions`, at the run's temperature and seed);
+    everything closed after."""
     from pathlib import Path
 
     from skillduet_plugin.runs.environment import make_pool
@@ -240,7 +287,8 @@ def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[s
                                    conditions=conditions, max_turns=config.max_turns,
                                    max_new_tokens=config.max_new_tokens_per_turn,
                                    max_total_tokens=config.max_total_tokens,
-                                   action_selection=config.action_mode, log=log)
+                                   action_selection=config.action_mode, samples=samples, seed=config.seed,
+                                   temperature=config.temperature, log=log)
     finally:
         pool.close()
         if lifecycle is not None:

@@ -236,7 +236,8 @@ def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[st
         if target.is_file():
             continue
         tasks = panel(config) if split is None else training_eval_tasks(config, train_tasks(config))
-        results = evaluate_panel(net, tokenizer, config, tasks, None, conditions=("none",), log=say, split=split)
+        results = evaluate_panel(net, tokenizer, config, tasks, None, conditions=("none",), log=say, split=split,
+                                 samples=config.samples_for(split))
         results["panel"] = split or config.panel
         _atomic_json(target, results)
     return json.loads(file.read_text())

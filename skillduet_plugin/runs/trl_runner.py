@@ -144,12 +144,12 @@ def load_model(model_dir: Path, config: RunConfig) -> tuple[Any, Any]:
 
 def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run: RunDir, *, label: str,
             conditions: tuple[str, ...], log: Callable[[str], None], split: str | None = None) -> dict[str, Any]:
-    """Success on the panel (or on ``tasks`` of ``split``) under ``conditions`` (greedy); written to
-    ``eval/<label>.json``."""
+    """Success on the panel (or on ``tasks`` of ``split``) under ``conditions`` (greedy), and sampled without
+    Global (``RunConfig.samples_for``); written to ``eval/<label>.json``."""
     from skillduet_plugin.runs.evaluate import evaluate_panel
 
     results = evaluate_panel(model, tokenizer, config, tasks, run.bank, conditions=conditions, log=log,
-                             split=split)
+                             split=split, samples=config.samples_for(split))
     results["panel"] = split or config.panel
     write_json(run.eval_dir / f"{label}.json", results)
     return results
@@ -317,7 +317,16 @@ def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tu
     from skillduet_plugin.runs.warmstart_cache import warm_start_model
 
     return warm_start_model(base, make_env=lambda n: make_env(config, config.train_split, n),
-                            cache_root=cache_dir(), log=say, **warm_start_settings(config))
+                            cache_root=cache_dir(), log=say, workers=cloning_workers(config),
+                            **warm_start_settings(config))
+
+
+def cloning_workers(config: RunConfig) -> int:
+    """``warm_start.workers``, or when 0 as many single-run-sized processes as the cores hold (the cloned
+    weights are the same for any count)."""
+    from skillduet_plugin.runs.clone_pool import default_workers
+
+    return config.warm_start.workers or default_workers(torch_threads(config), config.warm_start.batch_size)
 
 
 def _trainer(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids: list[str]) -> Any:

@@ -289,40 +289,113 @@ def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int =
     return total / count
 
 
+def episode_gradient(model: Any, episode: ClonedEpisode, count: int, pad_token_id: int = 0):
+    """``(nll, grad)``: the summed negative log-likelihood of ``episode``'s policy tokens and the flat gradient of
+    ``nll / count`` (``count``: policy tokens of the whole batch), from one unpadded forward and backward.
+
+    Summed over a batch in batch order, the gradients are those of :func:`cloning_loss` on that batch (up to float
+    rounding); computed one episode at a time, no token is padding and the sum does not depend on which process
+    computed which episode.
+    """
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    nll = -(episode_logps(model, episode, pad_token_id) * _mask(episode)).sum()
+    (nll / count).backward()
+    grad = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                      for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    return float(nll.detach()), grad
+
+
+def episode_logps(model: Any, episode: ClonedEpisode, pad_token_id: int = 0):
+    """Log-probs of one cloned episode's completion tokens (policy and environment), one unpadded row."""
+    from skillduet_plugin.core.logprobs import response_logprobs
+
+    tokens = episode.tokens
+    return response_logprobs(model, [tokens.prompt_ids], [tokens.completion_ids], token_budget=len(tokens),
+                             pad_token_id=pad_token_id)[0]
+
+
+def _mask(episode: ClonedEpisode):
+    import torch
+
+    return torch.tensor(episode.tokens.completion_mask, dtype=torch.float32)
+
+
+def policy_tokens(batch: Sequence[ClonedEpisode]) -> int:
+    """The number of loss-bearing tokens of ``batch``; raises when there are none."""
+    count = sum(int(sum(ep.tokens.completion_mask)) for ep in batch)
+    if count == 0:
+        raise ValueError("no policy tokens in this batch: every cloned episode needs at least one action")
+    return count
+
+
 def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_size: int, learning_rate: float,
-          seed: int = 0, pad_token_id: int = 0,
+          seed: int = 0, pad_token_id: int = 0, workers: int = 1, model_dir: Any = None, threads: int | None = None,
           on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
     """Cross-entropy on the policy tokens of ``episodes`` (:func:`cloning_loss`) for exactly ``steps`` optimizer
     steps: the budget is in steps only (never wall time), so the result does not depend on the machine's load.
 
-    Batches are drawn with a seeded shuffle. Returns ``{"steps", "loss_first", "loss_last", "seconds"}``.
+    Batches are drawn with a seeded shuffle. Each step's gradient is the sum, in batch order, of the episodes'
+    :func:`episode_gradient` (one unpadded episode at a time), then clipped to norm 1 and applied with AdamW.
+    With ``workers`` > 1 the episodes' gradients are computed by that many worker processes
+    (``runs.clone_pool``, each with ``threads`` torch threads, default this process's, the model loaded from
+    ``model_dir``); the
+    trained weights are bit-for-bit those of ``workers=1`` (a test checks it), so the worker count is a speed
+    setting only: on 2 cores two single-threaded workers clone about twice as fast as one process, and a busy
+    core slows a worker down without stalling the others. Returns ``{"steps", "loss_first", "loss_last",
+    "seconds", "workers"}``.
     """
     import torch
 
+    from skillduet_plugin.runs.clone_pool import ClonePool, flat_parameters
+
     if not episodes:
         raise ValueError("no expert episodes to clone: the warm start needs at least one game")
+    check("workers", workers, kind="int", lo=1)
+    if workers > 1 and model_dir is None:
+        raise ValueError("clone(workers>1) needs model_dir: the folder the workers load the model's architecture "
+                         "from (pass workers=1 to clone in this process)")
     gen = torch.Generator().manual_seed(seed)
-    optim = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    params = list(model.parameters())
+    optim = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         optim, lambda k: min(1.0, (k + 1) / max(1, steps // 20)) * max(0.05, 1.0 - k / max(1, steps)))
     model.train()
+    pool = ClonePool(model_dir, episodes, workers=workers, threads=threads or torch.get_num_threads(),
+                     pad_token_id=pad_token_id) if workers > 1 else None
     start, losses, order, cursor = time.time(), [], [], 0
-    for step in range(1, steps + 1):
-        if cursor + batch_size > len(order):
-            order, cursor = torch.randperm(len(episodes), generator=gen).tolist(), 0
-        batch = [episodes[i] for i in order[cursor:cursor + batch_size]]
-        cursor += batch_size
-        loss = cloning_loss(model, batch, pad_token_id)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optim.step()
-        sched.step()
-        optim.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-        if on_step is not None:
-            on_step(step, losses[-1])
+    try:
+        for step in range(1, steps + 1):
+            if cursor + batch_size > len(order):
+                order, cursor = torch.randperm(len(episodes), generator=gen).tolist(), 0
+            indices = order[cursor:cursor + batch_size]
+            cursor += batch_size
+            count = policy_tokens([episodes[i] for i in indices])
+            if pool is not None:
+                results = pool.gradients(flat_parameters(model), indices, count)
+            else:
+                results = [episode_gradient(model, episodes[i], count, pad_token_id) for i in indices]
+            total = results[0][1].clone()
+            for _, grad in results[1:]:
+                total += grad
+            offset = 0
+            for p in params:
+                p.grad = total[offset:offset + p.numel()].view_as(p).clone()
+                offset += p.numel()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optim.step()
+            sched.step()
+            optim.zero_grad(set_to_none=True)
+            losses.append(sum(nll for nll, _ in results) / count)
+            if on_step is not None:
+                on_step(step, losses[-1])
+    finally:
+        if pool is not None:
+            pool.close()
     model.eval()
     window = max(1, min(10, len(losses) // 5 or 1))
     return {"steps": len(losses), "loss_first": sum(losses[:window]) / window if losses else None,
             "loss_last": sum(losses[-window:]) / window if losses else None,
-            "seconds": round(time.time() - start, 2)}
+            "seconds": round(time.time() - start, 2), "workers": workers}

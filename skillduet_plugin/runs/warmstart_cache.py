@@ -71,13 +71,15 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
                      expert: str = "search", episodes_per_game: int = 1, steps: int, batch_size: int,
                      learning_rate: float, skill_fraction: float, max_turns: int, max_total_tokens: int,
                      skill_token_budget: int, skill_position: str, seed: int, cache_root: str | Path,
-                     env_identity: dict[str, Any], log: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]]:
+                     env_identity: dict[str, Any], log: Callable[[str], None] = print,
+                     workers: int = 1) -> tuple[Path, dict[str, Any]]:
     """The warm-started model folder for these settings: built once, then reused from ``cache_root``.
 
     The folder is complete or absent (``artefacts.building``: built beside it, every file's sha256 in its
     marker, fsynced, renamed into place), so a killed warm start is rebuilt, never reused. ``make_env(n)``
-    builds the training env limited to its first ``n`` tasks. Returns ``(folder, info)``; ``info`` is the
-    stored summary (``cached`` tells whether it was reused).
+    builds the training env limited to its first ``n`` tasks; ``workers`` processes compute the cloning
+    gradients (``runs.clone_pool``; the same weights for any count, so it is not in the key). Returns
+    ``(folder, info)``; ``info`` is the stored summary (``cached`` tells whether it was reused).
     """
     from skillduet_plugin.core.artefacts import building, read_marker
 
@@ -95,12 +97,12 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
         return out, info
     info: dict[str, Any] = {}
     with building(out, key, info) as tmp:
-        info.update(_build(tmp, base_model_dir, settings, make_env, log))
+        info.update(_build(tmp, base_model_dir, settings, make_env, log, workers))
     return out, {**info, "cached": False}
 
 
 def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], make_env: Callable[[int], Any],
-           log: Callable[[str], None]) -> dict[str, Any]:
+           log: Callable[[str], None], workers: int = 1) -> dict[str, Any]:
     """Play the expert, lay out and clone its episodes for ``settings["steps"]`` steps; save into ``folder``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -133,7 +135,7 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
     torch.manual_seed(s["seed"])
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
     progress = _progress(s["steps"], "warm start (behaviour cloning)")
-    estimate = _Estimate(s["steps"], log)
+    estimate = _Estimate(s["steps"], log, workers)
 
     def on_step(k: int, loss: float) -> None:
         progress.update(1)
@@ -143,7 +145,7 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
     try:
         stats = clone(model, episodes, steps=s["steps"], batch_size=s["batch_size"],
                       learning_rate=s["learning_rate"], seed=s["seed"], pad_token_id=chat.pad_token_id,
-                      on_step=on_step)
+                      workers=workers, model_dir=base_model_dir, on_step=on_step)
     finally:
         progress.close()
     model.save_pretrained(folder)
@@ -156,18 +158,23 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
 
 class _Estimate:
     """Logs, after the first few steps, how long the whole budget will take at the rate measured so far (with
-    the load average, since a busy machine is slower but trains the same steps)."""
+    the load average, since a busy machine is slower but trains the same steps). Timed from the end of the
+    first step, so the workers' start-up does not count as a step."""
 
-    def __init__(self, total: int, log: Callable[[str], None], probe: int = 5) -> None:
-        self.total, self.log, self.probe, self.t0 = total, log, min(probe, total), time.time()
+    def __init__(self, total: int, log: Callable[[str], None], workers: int = 1, probe: int = 5) -> None:
+        self.total, self.log, self.probe, self.workers = total, log, min(probe, total - 1), workers
+        self.t0 = time.time()
 
     def step(self, k: int) -> None:
-        if k != self.probe or k == 0:
+        if k == 1:
+            self.t0 = time.time()
+        if k != self.probe + 1 or self.probe < 1:
             return
-        per_step = (time.time() - self.t0) / k
+        per_step = (time.time() - self.t0) / self.probe
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         self.log(f"warm start: {self.total} cloning steps, about {per_step * self.total / 60:.1f} min at "
-                 f"{per_step:.2f} s/step (load average {load:.1f}); the steps, not the time, set the model")
+                 f"{per_step:.2f} s/step, {self.workers} process{'es' if self.workers > 1 else ''} (load average "
+                 f"{load:.1f}); the steps, not the time, set the model")
 
 
 def _progress(total: int, desc: str):

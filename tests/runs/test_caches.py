@@ -168,3 +168,21 @@ def test_a_game_generation_killed_midway_is_regenerated(tmp_path, monkeypatch):
     again = _child("games", env=env)
     assert again.stdout.read().split() == ["DONE"] and again.wait() == 0  # complete: reused, no generation
     assert generator.default_data_root().name == root.name
+
+
+def test_code_digest_ignores_docstrings_and_comments_but_not_code(tmp_path, monkeypatch):
+    from skillduet_plugin.core.artefacts import code_digest
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = tmp_path / "digest_probe_mod.py"
+
+    def digest(source: str) -> str:
+        module.write_text(source)
+        code_digest.cache_clear()  # one digest per process otherwise
+        return code_digest("digest_probe_mod")
+
+    base = digest('"""Module doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # one\n\n\nclass C:\n    "c"\n    y = 2\n')
+    assert digest('"""Other doc."""\n\ndef f(x):\n    """New doc."""\n    return x + 1\n\n\nclass C:\n    "d"\n    y = 2\n') == base
+    assert digest('def f(x):\n    return x + 1\n\n\nclass C:\n    y = 2\n') == base
+    assert digest('"""Module doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n\n\nclass C:\n    "c"\n    y = 2\n') != base
+    assert digest('def f(x):\n    return "x"\n\n\nclass C:\n    y = 2\n') != base  # a string that is code counts

@@ -119,3 +119,41 @@ def test_evaluate_conditions_on_a_tiny_panel(bank_with_global, tiny_model, tiny_
     # without a bank, only the no-Global condition runs
     bare = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS[:1], pool=FakePool(), lifecycle=None, **kwargs)
     assert set(bare["conditions"]) == {"none"} and set(bare["skipped"]) == {"neutral", "learned"}
+
+
+def test_summarize_averages_a_task_played_several_times():
+    """Sampled evaluation plays each task k times: its outcome and score are the means, by hand."""
+    runs = [("t0", "pick", True, 1.0), ("t0", "pick", False, 0.2), ("t0", "pick", True, 1.0), ("t0", "pick", False, 0.0),
+            ("t1", "look", False, 0.5), ("t1", "look", False, 0.3), ("t1", "look", True, 1.0), ("t1", "look", False, 0.1)]
+    eps = [SimpleNamespace(task_id=t, scope=s, won=w, score=sc, error=None, invalid_actions=0, num_turns=3)
+           for t, s, w, sc in runs]
+    r = summarize(eps, "alfworld")
+    assert r["outcomes"] == {"t0": 0.5, "t1": 0.25}
+    assert r["scores"] == {"t0": pytest.approx(0.55), "t1": pytest.approx(0.475)}
+    assert r["success"] == pytest.approx(3 / 8) and r["per_type"] == {"look": 0.25, "pick": 0.5}
+    assert r["episodes"] == 8
+
+
+def test_sampled_evaluation_is_seeded_and_leaves_the_callers_random_state_alone(tiny_model, tiny_tokenizer):
+    import torch
+
+    from skillduet_plugin.runs.evaluate import sampled_episodes
+
+    limits = dict(env_name="alfworld", max_turns=3, max_new_tokens=6, max_total_tokens=4096)
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = sampled_episodes(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=7,
+                             temperature=1.0, **limits)
+    assert torch.equal(torch.get_rng_state(), state)  # training after the evaluation draws the same numbers
+    again = sampled_episodes(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=7,
+                             temperature=1.0, **limits)
+    other = sampled_episodes(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=8,
+                             temperature=1.0, **limits)
+    assert [ep.task_id for ep in first] == [t for t in TASKS for _ in range(3)]
+    assert [ep.actions for ep in first] == [ep.actions for ep in again]
+    assert [ep.actions for ep in first] != [ep.actions for ep in other]  # negative control: the seed matters
+    assert len({tuple(ep.actions) for ep in first}) > 1  # sampled, not greedy
+    kwargs = dict(limits, log=lambda m: None)
+    r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=7, **kwargs)
+    assert r["sampled"]["episodes"] == 3 * len(TASKS) and r["sampled"]["samples"] == 3
+    assert "sampled" not in evaluate_conditions(tiny_model, tiny_tokenizer, TASKS[:1], pool=FakePool(), **kwargs)

@@ -55,3 +55,20 @@ def test_score_difference_reads_the_per_task_scores():
     d = paired_difference(before, after, field="scores")
     assert d["estimate"] == pytest.approx(0.3)  # ((0.6 - 0.2) + (0.7 - 0.5)) / 2, by hand
     assert d["low"] == pytest.approx(0.2) and d["high"] == pytest.approx(0.4)  # the two per-task differences
+
+
+def test_sampled_differences_pair_the_per_task_means():
+    from skillduet_plugin.runs.summary import sampled_differences, training_line
+
+    before = {"sampled": {"samples": 4, "success": 0.375, "score": 0.375, "outcomes": {"a": 0.25, "b": 0.5},
+                          "scores": {"a": 0.25, "b": 0.5}}}
+    after = {"sampled": {"samples": 4, "success": 0.75, "score": 0.75, "outcomes": {"a": 0.75, "b": 0.75},
+                         "scores": {"a": 0.75, "b": 0.75}}}
+    d = sampled_differences(before, after)
+    assert (d["samples"], d["success_before"], d["success_after"]) == (4, 0.375, 0.75)
+    assert d["difference"]["estimate"] == pytest.approx(0.375)  # ((0.75 - 0.25) + (0.75 - 0.5)) / 2
+    assert d["difference"]["low"] == pytest.approx(0.25) and d["difference"]["high"] == pytest.approx(0.5)
+    assert sampled_differences({}, None) is None
+    line = training_line({"split": "train", "tasks": 2, "success_before": 0.5, "success_after": 0.5,
+                          "difference": None, "sampled": d})
+    assert "sampled policy (4 episodes per task) 37.5% -> 75.0%, +37.5 points" in line

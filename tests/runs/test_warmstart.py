@@ -214,3 +214,54 @@ def test_cloning_loss_equals_the_causal_lm_loss_on_the_labels(tiny_model, chat):
     for g, r in zip(grads, ref_grads):
         if r is not None:
             torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_episode_gradients_sum_to_the_causal_lm_gradient_of_the_batch(tiny_model, chat):
+    """Each step's gradient is the sum of unpadded per-episode gradients: equal to autograd through the plain
+    causal-LM loss of the padded batch (the independent reference); a wrong normaliser fails it."""
+    import torch
+
+    from skillduet_plugin.runs.warmstart import episode_gradient, policy_tokens
+
+    cloned = _clone_data(chat, _records(TASKS[:3]), max_total_tokens=8192, skill_fraction=0.5, seed=1)
+    assert len({len(c.tokens) for c in cloned}) > 1
+    count = policy_tokens(cloned)
+    parts = [episode_gradient(tiny_model, ep, count, chat.pad_token_id) for ep in cloned]
+    ours = sum(g for _, g in parts)
+    ids, attn, labels = batch_tensors(cloned, pad_token_id=chat.pad_token_id)
+    reference = tiny_model(input_ids=ids, attention_mask=attn, labels=labels).loss
+    ref = torch.cat([g.reshape(-1) for g in torch.autograd.grad(reference, list(tiny_model.parameters()))])
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(torch.tensor(sum(n for n, _ in parts) / count), reference.detach(), rtol=1e-5,
+                               atol=1e-6)
+    wrong = sum(episode_gradient(tiny_model, ep, count // 2, chat.pad_token_id)[1] for ep in cloned)
+    assert not torch.allclose(wrong, ref, rtol=1e-3, atol=1e-6)  # negative control: the normaliser matters
+    with pytest.raises(ValueError, match="no policy tokens"):
+        policy_tokens([])
+
+
+def test_two_cloning_workers_train_the_same_weights_as_one_process(tiny_model_dir, chat):
+    """The worker count is a speed setting only: 2 spawned workers give bit-for-bit the weights of 1 process."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cloned = _clone_data(chat, _records(TASKS), max_total_tokens=8192, skill_fraction=0.5, seed=1)
+    weights, stats = [], []
+    for workers in (1, 2):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        stats.append(clone(model, cloned, steps=4, batch_size=3, learning_rate=1e-2, seed=3, workers=workers,
+                           model_dir=tiny_model_dir, pad_token_id=chat.pad_token_id))
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert stats[1]["workers"] == 2 and stats[0]["loss_last"] == stats[1]["loss_last"]
+    for k, v in weights[0].items():
+        assert torch.equal(v, weights[1][k]), k
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    assert any(not torch.equal(v, base[k]) for k, v in weights[0].items())  # it trained
+
+
+def test_a_cloning_worker_that_cannot_load_the_model_stops_the_warm_start(tiny_model, chat, tmp_path):
+    cloned = _clone_data(chat, _records(TASKS[:2]), max_total_tokens=8192)
+    with pytest.raises(RuntimeError, match="cloning worker 0 failed"):
+        clone(tiny_model, cloned, steps=1, batch_size=2, learning_rate=1e-2, workers=2, model_dir=tmp_path)
+    with pytest.raises(ValueError, match="needs model_dir"):
+        clone(tiny_model, cloned, steps=1, batch_size=2, learning_rate=1e-2, workers=2)

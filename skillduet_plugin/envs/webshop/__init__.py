@@ -27,6 +27,7 @@ RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 256, "max_turns": 8, "max_total
                 "warm_start.games": 128, "warm_start.episodes_per_game": 1, "warm_start.steps": 600,
                 "warm_start.max_turns": None, "num_generations": 4, "learning_rate": 2e-4,
                 "steps": 9, "tasks_per_step": 4, "eval_training_tasks": 12, "save_steps": 3,
+                "eval_panel_samples": 4,
                 "skillduet.consolidation_interval": 3, "skillduet.skill_token_budget": 160,
                 "skillduet.local_skill_token_budget": 96, "skillduet.max_heldout": 4}
 

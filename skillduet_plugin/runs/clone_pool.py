@@ -24,6 +24,11 @@ def flat_parameters(model: Any):
     return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
 
 
+#: Below this many cloning steps ``warm_start.workers: 0`` clones in the run's own process: starting the workers
+#: (importing torch and transformers, loading the model) takes ~6 s, about what 40 steps of the demo save.
+POOL_MIN_STEPS = 50
+
+
 def default_workers(threads: int, batch_size: int) -> int:
     """Cloning processes for a CPU with ``threads`` torch threads per process: as many as the cores hold
     (at least 1, at most one per episode of a batch)."""

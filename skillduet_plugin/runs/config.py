@@ -59,9 +59,10 @@ class WarmStartConfig:
                                     optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
     workers: int = setting(0, "processes computing the episodes' gradients in parallel (0: auto = as many as the "
-                           "cores hold at the run's threads per process, at most batch_size; 1: in the run's own "
-                           "process). A speed setting only: any count trains bit-for-bit the same model, so it is "
-                           "not part of the cache key", kind="int", lo=0)
+                           "cores hold at the run's threads per process, at most batch_size, and 1 below 50 steps, "
+                           "where starting workers costs more than it saves; 1: in the run's own process). A speed "
+                           "setting only: any count trains bit-for-bit the same model, so it is not part of the "
+                           "cache key", kind="int", lo=0)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
     skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section written by "
                                     "the offline analyzer from other expert episodes: half a '## Hindsight skill' "

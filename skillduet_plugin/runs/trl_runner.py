@@ -322,11 +322,15 @@ def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tu
 
 
 def cloning_workers(config: RunConfig) -> int:
-    """``warm_start.workers``, or when 0 as many single-run-sized processes as the cores hold (the cloned
-    weights are the same for any count)."""
-    from skillduet_plugin.runs.clone_pool import default_workers
+    """``warm_start.workers``, or when 0 as many processes of the run's thread count as the cores hold, but one
+    for a warm start of fewer than ``POOL_MIN_STEPS`` steps (spawning workers costs a few seconds, more than such
+    a short warm start saves). The cloned weights are the same for any count."""
+    from skillduet_plugin.runs.clone_pool import POOL_MIN_STEPS, default_workers
 
-    return config.warm_start.workers or default_workers(torch_threads(config), config.warm_start.batch_size)
+    ws = config.warm_start
+    if ws.workers:
+        return ws.workers
+    return default_workers(torch_threads(config), ws.batch_size) if ws.steps >= POOL_MIN_STEPS else 1
 
 
 def _trainer(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids: list[str]) -> Any:

@@ -265,3 +265,23 @@ def test_a_cloning_worker_that_cannot_load_the_model_stops_the_warm_start(tiny_m
         clone(tiny_model, cloned, steps=1, batch_size=2, learning_rate=1e-2, workers=2, model_dir=tmp_path)
     with pytest.raises(ValueError, match="needs model_dir"):
         clone(tiny_model, cloned, steps=1, batch_size=2, learning_rate=1e-2, workers=2)
+
+
+def test_cloning_workers_auto_uses_the_cores_for_a_long_warm_start_only(monkeypatch):
+    import os
+
+    from skillduet_plugin.runs.clone_pool import POOL_MIN_STEPS
+    from skillduet_plugin.runs.config import RunConfig
+    from skillduet_plugin.runs.trl_runner import cloning_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    config = RunConfig(threads=1)
+    assert config.warm_start.workers == 0 and config.warm_start.steps >= POOL_MIN_STEPS
+    assert cloning_workers(config) == 2  # 2 cores at 1 thread each
+    config.warm_start.batch_size = 1
+    assert cloning_workers(config) == 1  # never more workers than episodes per step
+    config.warm_start.batch_size, config.warm_start.steps = 4, POOL_MIN_STEPS - 1
+    assert cloning_workers(config) == 1  # a short warm start is not worth the start-up
+    config.warm_start.workers = 3
+    assert cloning_workers(config) == 3  # an explicit count wins
+    assert cloning_workers(RunConfig(threads=2)) == 1  # 2 cores hold one 2-thread process

@@ -208,12 +208,14 @@ def _threads(base: RunConfig) -> int:
 
 def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, out: Path) -> RunConfig:
     """The config of one run: the base config + the arm's ``skillduet.*`` overlay, its seed, the shared model
-    (no warm start of its own), the base's resolved action selection and threads, no before-RL panel."""
+    (no warm start of its own), the base's resolved action selection, threads and task types (``auto`` resolves
+    by the model, and the arms' model is a folder, not ``tiny``), no before-RL panel."""
     _, overlay = arm_overlay(run.arm)
     arm = [f"skillduet.{k}={json.dumps(v) if isinstance(v, (bool, float, int)) else v}" for k, v in overlay.items()]
     # the model path is quoted so that YAML never reads it as something else
     fixed = [f"model={json.dumps(str(model))}", "warm_start.enabled=false", f"action_selection={base.action_mode}",
-             f"threads={_threads(base)}", "eval_before=false", f"seed={run.seed}", f"name={run.name}"]
+             f"threads={_threads(base)}", f"task_types={','.join(base.task_type_list) or 'null'}",
+             "eval_before=false", f"seed={run.seed}", f"name={run.name}"]
     # The base config was checked against the machine; the arm's model is the study's own shared model, which
     # does not exist before the warm start (arms are checked before it), so the folder check is skipped here.
     check = {"check_machine": False}

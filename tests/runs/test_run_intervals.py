@@ -72,3 +72,19 @@ def test_sampled_differences_pair_the_per_task_means():
     line = training_line({"split": "train", "tasks": 2, "success_before": 0.5, "success_after": 0.5,
                           "difference": None, "sampled": d})
     assert "sampled policy (4 episodes per task) 37.5% -> 75.0%, +37.5 points" in line
+
+
+@pytest.mark.parametrize("overrides", [[], ["task_types=pick,look"], ["task_types=null"]])
+def test_study_arms_play_the_base_configs_task_types(tmp_path, overrides):
+    """The arms run the shared model folder, not ``tiny``: ``task_types: auto`` must not re-resolve for them
+    (it would add pick2 to the demo's five single-object types)."""
+    from skillduet_plugin.runs.config import load_run_config
+    from skillduet_plugin.runs.study import PlannedRun, StudySpec, run_config
+
+    spec = StudySpec(overrides=tuple(overrides))
+    base = load_run_config(None, list(overrides))
+    arm = run_config(spec, base, tmp_path / "shared_model", PlannedRun("grpo", 1), tmp_path / "run")
+    assert arm.task_type_list == base.task_type_list
+    assert arm.model != "tiny" and arm.seed == 1
+    if not overrides:
+        assert base.task_type_list == ["pick", "look", "clean", "heat", "cool"]  # the demo's auto

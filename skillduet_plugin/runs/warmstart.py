@@ -277,15 +277,11 @@ def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int =
     logps = response_logprobs(model, [ep.tokens.prompt_ids for ep in batch],
                               [ep.tokens.completion_ids for ep in batch], token_budget=width * len(batch),
                               pad_token_id=pad_token_id)
+    count = policy_tokens(batch)
     device = logps[0].device
     total = torch.zeros((), device=device)
-    count = 0
     for lp, ep in zip(logps, batch):
-        mask = torch.tensor(ep.tokens.completion_mask, dtype=lp.dtype, device=device)
-        total = total - (lp * mask).sum()
-        count += int(sum(ep.tokens.completion_mask))
-    if count == 0:
-        raise ValueError("no policy tokens in this batch: every cloned episode needs at least one action")
+        total = total - (lp * _mask(ep).to(device=device, dtype=lp.dtype)).sum()
     return total / count
 
 

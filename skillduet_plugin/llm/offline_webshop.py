@@ -14,6 +14,7 @@ from skillduet_plugin.llm.offline_common import OfflineRules, Traj, find_loop, f
 _NAV = {"back to search", "next >", "< prev", "search"}
 _INFO = {"description", "features", "reviews", "attributes"}
 _ASIN = re.compile(r"b0[0-9a-z]{8}")
+_ROW = re.compile(r"item (\d+)")
 _PRICE = re.compile(r"\$\s*([0-9]+(?:\.[0-9]+)?)")
 _BUDGET = re.compile(r"price lower than\s*\$?\s*([0-9]+(?:\.[0-9]+)?)\s*dollars", re.IGNORECASE)
 # option group headers on an item page (WebShop's customization_options keys)
@@ -78,6 +79,10 @@ def replay(traj: Traj) -> Session:
     last_results = traj.initial_observation
     for step in traj.steps:
         verb, arg = _parse(step.action)
+        row = _ROW.fullmatch(arg) if verb == "click" else None
+        if row is not None:  # a labelled product link (the env's result_labels): the asin in that row
+            shown = [a.lower() for a in _ASIN.findall(previous_obs.lower())] if previous_obs else []
+            arg = shown[int(row.group(1)) - 1] if 1 <= int(row.group(1)) <= len(shown) else arg
         same_page = bool(previous_obs) and step.observation == previous_obs
         if verb == "search":
             out.searches.append(arg)

@@ -129,3 +129,43 @@ def test_wins_goals_of_the_real_instruction_vocabulary(shared_data, tmp_path):
     results = [play(env, t, 0, 15) for t in env.tasks]
     assert sum(won for _, won, _ in results) == 493
     assert sum(won and len(actions) <= 8 for actions, won, _ in results) == 476
+
+
+def test_result_labels_offer_rows_and_open_the_same_products(default_dir):
+    """Choose mode's labelled links: a results page offers click[item k] for its k-th product (never an asin);
+    the label opens the very product its asin opens; the asin still works; a label off the page, or on another
+    page, changes nothing."""
+    plain = make("webshop", data_dir=str(default_dir), split="test", search_choices=8)
+    labelled = make("webshop", data_dir=str(default_dir), split="test", search_choices=8, result_labels=True)
+    task = plain.tasks[0]
+    for env in (plain, labelled):
+        env.reset(task)
+    results, _, _, info = plain.step("search[living room rug]")
+    asins = [a for a in info["admissible_actions"] if a.startswith("click[b0")]
+    same, _, _, labelled_info = labelled.step("search[living room rug]")
+    assert same == results and len(asins) == 10
+    links = [a for a in labelled_info["admissible_actions"] if a.startswith("click[item ")]
+    assert links == [f"click[item {k}]" for k in range(1, 11)]
+    assert not any(a.startswith("click[b0") for a in labelled_info["admissible_actions"])
+    item = plain.step(asins[2])[0]
+    assert labelled.step("click[item 3]")[0] == item
+    assert labelled.step("click[item 1]")[0] == item  # an item page has no rows: nothing happens
+    labelled.step("click[< prev]")
+    for off_page in ("click[item 11]", "click[item 0]"):
+        assert labelled.step(off_page)[0] == results
+    assert labelled.step(asins[2])[0] == item  # the benchmark's asin click still works
+    with pytest.raises(ValueError, match="result_labels"):
+        make("webshop", data_dir=str(default_dir), split="test", result_labels="yes")
+
+
+def test_the_shopper_plays_labelled_links_as_it_plays_asins(default_dir):
+    """The first 100 test goals, seed 0: with labelled links the shopper opens the same products, so it wins
+    the same goals with the same scores (>= 80% of them), every action one of the admissible ones."""
+    plain = make("webshop", data_dir=str(default_dir), split="test", search_choices=8)
+    labelled = make("webshop", data_dir=str(default_dir), split="test", search_choices=8, result_labels=True)
+    tasks = plain.tasks[:100]
+    a = [play(plain, t, 0, 8) for t in tasks]
+    b = [play(labelled, t, 0, 8) for t in tasks]
+    assert [(won, score) for _, won, score in a] == [(won, score) for _, won, score in b]
+    assert sum(won for _, won, _ in b) >= 80
+    assert any(act.startswith("click[item ") for acts, _, _ in b for act in acts)

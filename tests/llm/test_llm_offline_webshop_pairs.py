@@ -87,13 +87,15 @@ def test_a_failure_whose_item_shows_the_attributes_too_gets_no_attribute_line():
     assert not any(line.startswith("Attributes:") for line in lines)
 
 
-def test_pair_from_played_episodes_of_the_synthetic_catalogue():
+@pytest.mark.parametrize("labels", [False, True], ids=["asin-links", "labelled-links"])
+def test_pair_from_played_episodes_of_the_synthetic_catalogue(labels):
     """A won episode of the searching shopper against a scripted failure (a lower-ranked item, a wrong size) on
-    the same goal: the pair names the options and the attributes the failure missed."""
+    the same goal: the pair names the options and the attributes the failure missed. With labelled links
+    (``click[item k]``, choose mode) the analyzer reads the asin off the page the click was made on: same pair."""
     pytest.importorskip("thefuzz")
     from skillduet_plugin.envs import make
 
-    env = make("webshop", split="train", search_choices=8)
+    env = make("webshop", split="train", search_choices=8, result_labels=labels)
     task = env.tasks[3]
 
     def play(policy):
@@ -112,7 +114,7 @@ def test_pair_from_played_episodes_of_the_synthetic_catalogue():
     def careless(obs, info, turn):
         admissible = info["admissible_actions"]
         if turn == 1:
-            return [a for a in admissible if a.startswith("click[b0")][2]
+            return [a for a in admissible if a.startswith(("click[b0", "click[item "))][2]
         return admissible[-1] if turn in (0, 2) else "click[buy now]"
 
     success, failure = play(env.searching_expert(task, 0)), play(careless)

@@ -41,7 +41,7 @@ def make_webshop(data_dir: str | Path | None = None, split: str = "test", observ
                  num_products: int | None = None, max_steps: int = 15, human_goals: bool = False,
                  scope: str = "webshop", show_attrs: bool = False, seed: int | None = None,
                  synthetic_num_products: int = 1000, synthetic_seed: int = 0, search_choices: int = 0,
-                 **kwargs: Any) -> WebShopEnv:
+                 result_labels: bool = False, **kwargs: Any) -> WebShopEnv:
     """Build a WebShop env over ``data_dir`` (official files) or, when None, the default synthetic catalogue.
 
     ``num_products`` keeps the first N products (as the benchmark); ``human_goals`` uses
@@ -50,7 +50,9 @@ def make_webshop(data_dir: str | Path | None = None, split: str = "test", observ
     ``seed`` is accepted for parity with other envs and changes nothing: the goal panel is fixed.
     ``synthetic_num_products``/``synthetic_seed`` choose the generated catalogue when ``data_dir`` is None.
     ``search_choices=N`` lists up to N search queries built from the instruction as the search page's admissible
-    actions (for choose mode) instead of ``search[<your query>]``.
+    actions (for choose mode) instead of ``search[<your query>]``; ``result_labels`` offers a results page's
+    product links as ``click[item k]`` (its row) instead of ``click[<asin>]`` (opt-in, e.g.
+    ``env_kwargs: {result_labels: true}``: a tiny choosing policy then learns a row instead of copying an asin).
     """
     if kwargs:
         raise TypeError(f"make_webshop got unexpected keyword(s) {', '.join(sorted(kwargs))}")
@@ -68,7 +70,8 @@ def make_webshop(data_dir: str | Path | None = None, split: str = "test", observ
         num_products=num_products, use_human_goals=human_goals,
     )
     return WebShopEnv(catalogue, split=split, observation_mode=observation_mode, max_steps=max_steps,
-                      scope=scope, show_attrs=show_attrs, search_choices=search_choices)
+                      scope=scope, show_attrs=show_attrs, search_choices=search_choices,
+                      result_labels=result_labels)
 
 
 __all__ = [

@@ -8,7 +8,10 @@ is task id ``str(i)``; ids 0-499 are ``test``, 500-1,499 ``eval``, 1,500 on ``tr
 The search page admits ``search[<your query>]`` (free text, as the benchmark). With ``search_choices=N`` it
 lists instead up to N ready-made ``search[query]`` actions built from the instruction (``queries.
 candidate_queries``), so that a policy choosing among admissible actions (choose mode) can search; any other
-query still works.
+query still works. With ``result_labels=True`` (opt-in, for choose mode) a results page offers its product links
+as ``click[item k]`` (k = the product's row on the page, 1-10) instead of ``click[<asin>]``: a small policy then
+picks a row, which it can learn from any goal, rather than spelling a random asin it must copy from the page.
+Both forms are accepted whatever the setting; observations always show the asins, as the benchmark's pages do.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None), "all": (
 SCOPES = ("webshop", "category", "product_category")
 OBSERVATION_MODES = ("text", "text_rich")
 _ACTION = re.compile(r"(.+)\[(.+)\]")
+_ROW = re.compile(r"item (\d+)")
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
@@ -46,7 +50,7 @@ class WebShopEnv(TextEnv):
 
     def __init__(self, catalogue: Catalogue, split: str = "test", observation_mode: str = "text",
                  max_steps: int = 15, scope: str = "webshop", show_attrs: bool = False,
-                 search_choices: int = 0) -> None:
+                 search_choices: int = 0, result_labels: bool = False) -> None:
         if split not in SPLITS:
             raise ValueError(f"split={split!r} is unknown: use one of {', '.join(SPLITS)}")
         if observation_mode not in OBSERVATION_MODES:
@@ -58,6 +62,8 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"max_steps={max_steps} must be >= 1")
         if isinstance(search_choices, bool) or not isinstance(search_choices, int) or search_choices < 0:
             raise ValueError(f"search_choices={search_choices!r} must be an integer >= 0 (0: free-text search)")
+        if not isinstance(result_labels, bool):
+            raise ValueError(f"result_labels={result_labels!r} must be true or false")
         start, stop = SPLITS[split]
         stop = len(catalogue.goals) if stop is None else min(stop, len(catalogue.goals))
         if start >= stop:
@@ -70,6 +76,7 @@ class WebShopEnv(TextEnv):
         self.scope = scope
         self.show_attrs = show_attrs
         self.search_choices = search_choices
+        self.result_labels = result_labels
         self._tasks = [str(i) for i in range(start, stop)]
         self._task_set = set(self._tasks)
         self._session: dict[str, Any] | None = None
@@ -131,6 +138,9 @@ class WebShopEnv(TextEnv):
             self._go_results(arg.split(" "), 1)
             return 0.0
         table = pages.clickables(s["elements"])
+        row = _ROW.fullmatch(arg or "") if name == "click" and s["page"] == "search_results" else None
+        if row is not None and 1 <= int(row.group(1)) <= len(self._links()):
+            arg = self._links()[int(row.group(1)) - 1]
         if name != "click" or arg is None or arg not in table or arg == "search":
             return 0.0
         page = s["page"]
@@ -159,6 +169,10 @@ class WebShopEnv(TextEnv):
                 s["options"][element.name] = arg
             self._go_item()
         return 0.0
+
+    def _links(self) -> list[str]:
+        """The product links of the current results page, in row order (lowercased asins)."""
+        return [e.text.lower() for e in self._session["elements"] if e.kind == "link"]
 
     def _go_index(self) -> None:
         s = self._session
@@ -225,7 +239,9 @@ class WebShopEnv(TextEnv):
             admissible = ([f"search[{q}]" for q in candidate_queries(self._instruction, self.search_choices)]
                           if self.search_choices else ["search[<your query>]"])
         if not s["done"]:
-            admissible += [f"click[{c}]" for c in available["clickables"] if c != "search"]
+            rows = {a: k for k, a in enumerate(self._links(), 1)} if self.result_labels else {}
+            admissible += [f"click[item {rows[c]}]" if c in rows else f"click[{c}]"
+                           for c in available["clickables"] if c != "search"]
         else:
             admissible = []
         return {

@@ -83,6 +83,15 @@ def item_title(obs: str) -> str:
     return ""
 
 
+def link_action(asin: str, row: int, admissible: list[str]) -> str | None:
+    """The admissible action that opens the product ``asin`` shown in ``row`` (1-based) of a results page:
+    ``click[<asin>]``, or ``click[item <row>]`` where the env labels its links (``result_labels``)."""
+    for action in (f"click[{asin}]", f"click[item {row}]"):
+        if action in admissible:
+            return action
+    return None
+
+
 def _mentioned(value: str, text: str) -> bool:
     return re.search(rf"(?<![a-z0-9]){re.escape(value)}(?![a-z0-9])", text) is not None
 
@@ -141,9 +150,10 @@ class SearchingShopper:
 
     def _pick(self, obs: str, admissible: list[str]) -> str:
         budget = self._request.budget
-        rows = [(asin, title) for asin, title, price in result_rows(obs)
-                if asin not in self._rejected and f"click[{asin}]" in admissible
+        rows = [(asin, title) for k, (asin, title, price) in enumerate(result_rows(obs), 1)
+                if asin not in self._rejected and link_action(asin, k, admissible)
                 and (budget is None or price is None or price <= budget)]
+        links = {asin: link_action(asin, k, admissible) for k, (asin, _, _) in enumerate(result_rows(obs), 1)}
         if rows:
             scores = [self._title_score(title) for _, title in rows]
             best = max(scores)
@@ -153,7 +163,7 @@ class SearchingShopper:
                 promising = [asin for (asin, _), s in zip(rows, scores) if s >= best - TITLE_SLACK]
                 swap = len(promising) > 1 and self._rng.random() < SWAP_PROB
                 self._item, self._chosen, self._read_features = promising[1 if swap else 0], set(), False
-                return f"click[{self._item}]"
+                return links[self._item]
         if self._pages < MAX_RESULT_PAGES - 1 and "click[next >]" in admissible:
             self._pages += 1
             return "click[next >]"
@@ -210,10 +220,12 @@ def shopper(goal: dict[str, Any]) -> ExpertFn:
     chosen: set[str] = set()
 
     def act(obs: str, info: dict[str, Any], turn: int) -> str:
-        clickables = [str(a).lower() for a in info.get("admissible_actions") or []]
-        clickables = [a[6:-1] if a.startswith("click[") and a.endswith("]") else a for a in clickables]
-        if asin and asin in clickables:
-            return f"click[{asin}]"
+        admissible = [str(a).lower() for a in info.get("admissible_actions") or []]
+        clickables = [a[6:-1] if a.startswith("click[") and a.endswith("]") else a for a in admissible]
+        rows = [row for row, (shown, _, _) in enumerate(result_rows(obs), 1) if shown == asin]
+        link = link_action(asin, rows[0], admissible) if asin and rows else None
+        if link is not None:
+            return link
         for opt in options:
             if opt in clickables and opt not in chosen:
                 chosen.add(opt)
@@ -229,5 +241,5 @@ def shopper(goal: dict[str, Any]) -> ExpertFn:
     return act
 
 
-__all__ = ["SearchingShopper", "item_price", "item_title", "make_expert", "page_kind", "result_rows",
+__all__ = ["SearchingShopper", "item_price", "item_title", "link_action", "make_expert", "page_kind", "result_rows",
            "searching_shopper", "shopper"]

@@ -49,6 +49,9 @@ class EnvSpec:
         run_defaults: ``skillduet train`` defaults for this env (dotted keys), used where the user set nothing.
         per_type_report: evaluation tables show a column per task type (else score and success).
         scope_order: the order of task types in reports.
+        tiny_corpus: ``() -> lines`` of the environment's own text (product words, option values...) that a tiny
+            model built for it learns as tokens (``runs.tiny_model``), with ``tiny_vocab_size`` tokens; None:
+            the default tiny build.
     """
 
     name: str
@@ -70,6 +73,8 @@ class EnvSpec:
     run_defaults: Mapping[str, Any] = field(default_factory=dict)
     per_type_report: bool = True
     scope_order: tuple[str, ...] = ()
+    tiny_corpus: Callable[[], list[str]] | None = None
+    tiny_vocab_size: int = 1024
 
 
 def _discover() -> None:

@@ -12,6 +12,7 @@ which cannot copy long action strings reliably, still plays real games; real run
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, Callable
 
 from skillduet_plugin.core.conversation import ChatTokenizer
@@ -28,8 +29,18 @@ _THINKS = (("go to", "I should look there."), ("take", "I need this object."), (
            ("click", "This matches the goal."))
 
 
+_CLICK = re.compile(r"click\[(.+)\]", re.IGNORECASE)
+
+
 def action_response(action: str) -> str:
-    """The assistant turn for one action: ``<think>reason</think><action>action</action>`` (no eos)."""
+    """The assistant turn for one action: ``<think>reason</think><action>action</action>`` (no eos).
+
+    A ``click[X]`` names what it clicks in its reason (``I choose X.``): after a space, as the instruction
+    writes it, ``purple`` is the instruction's own token, which ``[purple`` is not, so a small model can match
+    an option to the instruction's words."""
+    click = _CLICK.fullmatch(action.strip())
+    if click is not None:
+        return f"<think>I choose {click.group(1)}.</think><action>{action}</action>"
     reason = next((r for verb, r in _THINKS if action.lower().startswith(verb)), "This is the next step.")
     return f"<think>{reason}</think><action>{action}</action>"
 

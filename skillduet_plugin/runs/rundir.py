@@ -26,18 +26,24 @@ def cache_dir() -> Path:
     return path
 
 
-def resolve_model(spec: str, *, seed: int = 0) -> Path:
-    """A model folder for ``spec``: ``tiny`` / ``tiny:<size>`` are built once into the cache, anything else
-    must be an existing local folder (nothing is downloaded). A tiny build's folder is named by its key, so
-    builds of different code versions sharing one cache never replace each other."""
+def resolve_model(spec: str, *, seed: int = 0, env: str | None = None) -> Path:
+    """A model folder for ``spec``: ``tiny`` / ``tiny:<size>`` are built once into the cache (for ``env``, with
+    that environment's own tokenizer text where it registers one), anything else must be an existing local
+    folder (nothing is downloaded). A tiny build's folder is named by its key, so builds of different code
+    versions sharing one cache never replace each other."""
     if spec.startswith("tiny"):
         from skillduet_plugin.core.artefacts import digest_key
         from skillduet_plugin.runs.config import tiny_size
         from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
 
+        from skillduet_plugin.runs.tiny_model import corpus_spec
+
         size = tiny_size(spec)
-        key = digest_key(tiny_key(size, seed=seed), 12)
-        return build_tiny(cache_dir() / "models" / f"tiny-{size}-s{seed}-{key}", size=size, seed=seed)
+        extra = corpus_spec(env)
+        corpus, vocab = (env, extra[1]) if extra is not None else (None, 1024)
+        key = digest_key(tiny_key(size, vocab, seed, corpus), 12)
+        name = f"tiny-{size}-s{seed}-{corpus}-{key}" if corpus else f"tiny-{size}-s{seed}-{key}"
+        return build_tiny(cache_dir() / "models" / name, size=size, seed=seed, corpus=corpus)
     from skillduet_plugin.runs.config import check_model_folder
 
     return check_model_folder(spec)

@@ -173,7 +173,7 @@ def shared_model_path(root: Path, base: RunConfig) -> Path:
     if not base.warm_start_enabled and not base.is_tiny:
         from skillduet_plugin.runs.rundir import resolve_model
 
-        return resolve_model(base.model, seed=base.seed)
+        return resolve_model(base.model, seed=base.seed, env=base.env)
     return root / SHARED_MODEL
 
 
@@ -187,7 +187,7 @@ def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Pat
     if (target / "config.json").is_file():
         return target
     trl_runner.set_threads(base)
-    source = resolve_model(base.model, seed=base.seed)
+    source = resolve_model(base.model, seed=base.seed, env=base.env)
     if base.warm_start_enabled:
         source, _ = trl_runner._warm_start(base, source, say)
     tmp = root / f".{SHARED_MODEL}.tmp-{os.getpid()}"

@@ -1,8 +1,10 @@
 """The CPU demo's model (also the tests' model): a tiny tokenizer and Qwen3 causal LM built offline in seconds.
 
 The tokenizer is a byte-level BPE trained on ALFWorld- and WebShop-flavoured text generated here, with ChatML
-special tokens and a ChatML chat template; the model is a randomly initialised ``Qwen3ForCausalLM``. Both are
-saved to a folder that ``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained`` load with no hub access.
+special tokens and a ChatML chat template; a build for one environment (``corpus=``, e.g. ``webshop``) also
+learns that environment's own vocabulary (its registered ``tiny_corpus`` text, with a larger vocabulary), so that
+its words are single tokens as ALFWorld's objects are in the default build. The model is a randomly initialised
+``Qwen3ForCausalLM``. Both are saved to a folder that ``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained`` load with no hub access.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import random
 import re
 from pathlib import Path
+from typing import Any, Sequence
 
 from skillduet_plugin.core.settings import check
 
@@ -137,8 +140,9 @@ def corpus_lines(n: int = 4000, seed: int = 0, prompt_weight: int = 200) -> list
     return lines
 
 
-def build_tokenizer(vocab_size: int = 1024, seed: int = 0):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML specials and chat template."""
+def build_tokenizer(vocab_size: int = 1024, seed: int = 0, extra_lines: Sequence[str] = ()):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML specials and chat template, trained on
+    :func:`corpus_lines` and ``extra_lines``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -147,7 +151,7 @@ def build_tokenizer(vocab_size: int = 1024, seed: int = 0):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + ADDED_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(corpus_lines(seed=seed), trainer=trainer)
+    tok.train_from_iterator(corpus_lines(seed=seed) + list(extra_lines), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None, unk_token=None, padding_side="left")
     fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
@@ -175,39 +179,64 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
 BUILD_CODE = ("skillduet_plugin.runs.tiny_model", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice")
 
 
-def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0) -> dict:
-    """Everything a tiny build depends on (its cache key)."""
+def corpus_spec(corpus: str | None) -> tuple[Any, int] | None:
+    """``(lines_fn, vocab_size)`` of an environment's own tokenizer text (``EnvSpec.tiny_corpus``), or None for
+    the default build (``corpus=None``, or an environment that registers none)."""
+    if corpus is None:
+        return None
+    from skillduet_plugin.envs.registry import env_spec
+
+    spec = env_spec(corpus)
+    return None if spec.tiny_corpus is None else (spec.tiny_corpus, spec.tiny_vocab_size)
+
+
+def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: str | None = None) -> dict:
+    """Everything a tiny build depends on (its cache key); a build with an environment's corpus also names the
+    environment, the code of its corpus function and its data's identity."""
     import tokenizers
     import torch
     import transformers
 
     from skillduet_plugin.core.artefacts import code_digest
 
-    return {"artefact": "tiny-model", "size": size, "vocab_size": vocab_size, "seed": seed,
+    key = {"artefact": "tiny-model", "size": size, "vocab_size": vocab_size, "seed": seed,
             "code": code_digest(*BUILD_CODE), "torch": torch.__version__, "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__}
+    extra = corpus_spec(corpus)
+    if extra is not None:
+        from skillduet_plugin.envs.registry import env_spec
+
+        identity = env_spec(corpus).default_data_identity
+        key.update(corpus=corpus, corpus_code=code_digest(extra[0].__module__),
+                   corpus_data=identity() if identity is not None else None)
+    return key
 
 
 def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, seed: int = 0,
-               overwrite: bool = False) -> Path:
+               overwrite: bool = False, corpus: str | None = None) -> Path:
     """Build tokenizer + model into ``out_dir``, atomically (a temporary sibling folder renamed into place), or
     reuse it when it already holds a complete, verified build with the same key (:func:`tiny_key`).
 
     An existing ``out_dir`` that is neither empty nor a tiny build is refused, so that no unrelated folder is
-    replaced."""
+    replaced. ``corpus`` names an environment whose own text the tokenizer also learns (see the module doc);
+    its registered vocabulary size then replaces ``vocab_size``."""
     from skillduet_plugin.core.artefacts import MARKER, building, read_marker
 
     if size not in SIZES:
         raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")
     out = Path(out_dir)
-    key = tiny_key(size, vocab_size, seed)
+    extra = corpus_spec(corpus)
+    if extra is not None:
+        vocab_size = extra[1]
+    key = tiny_key(size, vocab_size, seed, corpus if extra is not None else None)
     if not overwrite and read_marker(out, key) is not None:
         return out
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not (out / STAMP).is_file():
         raise ValueError(f"out_dir={str(out)!r} is invalid: it holds files that are not a tiny build; pass an "
                          f"empty or new folder")
     with building(out, key) as tmp:
-        tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed)
+        tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed,
+                                    extra_lines=extra[0]() if extra is not None else ())
         model = build_model(tokenizer, size=size, seed=seed)
         tokenizer.save_pretrained(tmp)
         model.save_pretrained(tmp)

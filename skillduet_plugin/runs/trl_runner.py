@@ -216,7 +216,7 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         torch.manual_seed(config.seed)
         say(f"run directory {run.root} ({threads} torch thread{'s' if threads > 1 else ''})")
         t0 = time.time()
-        base = resolve_model(config.model, seed=config.seed)
+        base = resolve_model(config.model, seed=config.seed, env=config.env)
         model_dir = base
         warm_info = None
         if config.warm_start_enabled:

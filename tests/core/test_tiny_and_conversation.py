@@ -95,3 +95,26 @@ def test_turn_frame_with_qwen3_template_matches_a_full_render(tiny_tokenizer):
         assert full.endswith("act 2" + eos_text + chat._turn_prefix + "OBS2" + chat._turn_suffix), (name, kwargs)
         assert "act 1" + eos_text + chat._turn_prefix + "OBS" in full, (name, kwargs, frame)
         assert frame.endswith(chat.render([{"role": "user", "content": "x"}], True).split("x", 1)[1]), name
+
+
+def test_a_webshop_tiny_build_learns_the_catalogue_words(tmp_path, monkeypatch):
+    """``corpus="webshop"``: the tokenizer also learns the synthetic catalogue's text (2,048 tokens), so a colour
+    or product word of an instruction is one token where the default build splits it into byte pairs; the
+    default build's key (and so every ALFWorld run's model) is unchanged by the option, and resolve_model
+    builds the WebShop one for env=webshop only."""
+    from transformers import AutoTokenizer
+
+    from skillduet_plugin.runs.rundir import resolve_model
+    from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
+
+    monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
+    plain = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "plain"))
+    shop = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "shop", corpus="webshop"))
+    assert len(plain) < 1100 and 2000 < len(shop) <= 2048 + 16
+    for word in (" purple", " headphones", " olive"):
+        assert len(shop(word, add_special_tokens=False)["input_ids"]) == 1
+    assert len(plain(" purple", add_special_tokens=False)["input_ids"]) > 1  # negative control
+    assert "corpus" not in tiny_key() and tiny_key(corpus="alfworld") == tiny_key()  # no corpus registered
+    assert tiny_key(vocab_size=2048, corpus="webshop")["corpus"] == "webshop"
+    assert "webshop" in resolve_model("tiny", env="webshop").name
+    assert "webshop" not in resolve_model("tiny", env="alfworld").name

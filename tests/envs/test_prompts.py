@@ -70,10 +70,13 @@ def test_step_messages_keep_the_last_history_pairs():
 
 
 def test_webshop_templates():
-    assert format_observation("webshop", WS_OBS) == "Search"
-    assert format_observation("webshop", WS_OBS, task=WS_TASK) == "Search"
+    # every page keeps its instruction (the benchmark's pages show it; logo and label dropped)
+    assert format_observation("webshop", WS_OBS) == f"{WS_TASK} [SEP] Search"
+    assert format_observation("webshop", WS_OBS, task=WS_TASK) == f"{WS_TASK} [SEP] Search"
     page = "Instruction: [SEP] " + WS_TASK + " [SEP] Back to Search [SEP] Page 1 (Total results: 1) [SEP] B0TEST"
-    assert format_observation("webshop", page) == "Back to Search [SEP] Page 1 (Total results: 1) [SEP] B0TEST"
+    assert format_observation("webshop", page) == (f"{WS_TASK} [SEP] Back to Search [SEP] Page 1 (Total results: 1) "
+                                                   f"[SEP] B0TEST")
+    assert format_observation("webshop", "Back to Search [SEP] x") == "Back to Search [SEP] x"  # no header
     assert format_actions("webshop", ["search", "back to search", "click[b0test]"]) == (
         "'search[<your query>]',\n 'click[back to search]',\n 'click[b0test]'")
     (msg,) = initial_messages("webshop", task=WS_TASK, observation=WS_OBS,

@@ -65,6 +65,11 @@ def test_action_response_is_the_warm_start_format():
     assert action_response("go to desk 1") == "<think>I should look there.</think><action>go to desk 1</action>"
     assert action_response("look") == "<think>This is the next step.</think><action>look</action>"
     assert all(expert_response(a) == action_response(a) for a in ("take mug 1 from desk 1", "heat egg 1", "x"))
+    # a click names what it clicks, after a space (the instruction's own token for a colour or size)
+    assert action_response("click[navy blue]") == ("<think>I choose navy blue.</think>"
+                                                   "<action>click[navy blue]</action>")
+    # the bare verb (the tiny tokenizer's corpus line) keeps its reason, so the default build is unchanged
+    assert action_response("click") == "<think>This matches the goal.</think><action>click</action>"
 
 
 def test_candidate_logprobs_equal_full_forwards(chat, tiny_model):

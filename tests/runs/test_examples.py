@@ -88,11 +88,11 @@ def test_env_webshop_alone_is_the_webshop_demo(tmp_path):
     assert {k for k in example if example[k] != plain[k]} == {"name"}
     assert plain["max_total_tokens"] == 4096 and plain["warm_start"]["episodes_per_game"] == 1
     mine = load_run_config(None, ["env=webshop", "max_turns=5", "warm_start.steps=7"])
-    assert mine.max_turns == 5 and mine.warm_start.steps == 7 and mine.warm_start.games == 128
+    assert mine.max_turns == 5 and mine.warm_start.steps == 7 and mine.warm_start.games == 512
     file = tmp_path / "ws.yaml"
     file.write_text("env: webshop\nmax_total_tokens: 3000\nwarm_start:\n  batch_size: 2\n")
     from_file = load_run_config(file)
     assert from_file.max_total_tokens == 3000 and from_file.warm_start.batch_size == 2
-    assert from_file.warm_start.games == 128 and from_file.eval_tasks == 16
+    assert from_file.warm_start.games == 512 and from_file.eval_tasks == 16
     # ALFWorld keeps the demo defaults
     assert load_run_config(None, ["env=alfworld"]).resolved_dict() == RunConfig().resolved_dict()

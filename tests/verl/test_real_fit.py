@@ -20,7 +20,7 @@ from skillduet_plugin.testing.verl_cpu_run import read_metrics, run  # noqa: E40
 from skillduet_plugin.testing.verl_rollout import SKIP_SYNC_ENV  # noqa: E402
 
 GAP = "training/rollout_probs_diff_max"  # verl's max |p_rollout - p_actor| over the step's response tokens
-RUN_TIMEOUT = 900
+RUN_TIMEOUT = 1400  # a 3-step fit takes ~3 min idle; at load 5+ from other jobs 900 s was seen to run out
 
 
 def assert_rollout_synced(metrics: dict[int, dict], steps) -> None:

@@ -8,7 +8,7 @@ is task id ``str(i)``; ids 0-499 are ``test``, 500-1,499 ``eval``, 1,500 on ``tr
 The search page admits ``search[<your query>]`` (free text, as the benchmark). With ``search_choices=N`` it
 lists instead up to N ready-made ``search[query]`` actions built from the instruction (``queries.
 candidate_queries``), so that a policy choosing among admissible actions (choose mode) can search; any other
-query still works. With ``result_labels=True`` (opt-in, for choose mode) a results page offers its product links
+query still works. With ``result_labels=True`` (choose mode's default) a results page offers its product links
 as ``click[item k]`` (k = the product's row on the page, 1-10) instead of ``click[<asin>]``: a small policy then
 picks a row, which it can learn from any goal, rather than spelling a random asin it must copy from the page.
 Both forms are accepted whatever the setting; observations always show the asins, as the benchmark's pages do.

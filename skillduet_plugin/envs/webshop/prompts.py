@@ -1,5 +1,5 @@
-"""WebShop's prompt pieces (registered with the env): the role and answer format, observations after the
-instruction, and bare clickables shown as ``click[...]`` (the search bar as ``search[<your query>]``)."""
+"""WebShop's prompt pieces (registered with the env): the role and answer format, observations from the
+instruction on, and bare clickables shown as ``click[...]`` (the search bar as ``search[<your query>]``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ TEMPLATES = PromptTemplates(
 
 
 def format_observation(obs: str, task: str | None = None) -> str:
+    """A page as the prompt shows it: from the instruction on (the ``WebShop`` logo and the ``Instruction:``
+    label dropped). Every page keeps its instruction, as the benchmark's pages do: the options a page offers
+    then sit a few tokens from the instruction that names the right one, a match a small model learns (measured
+    in docs/study.md) where one ~1,000 tokens back, in the first prompt, it did not."""
     parts = [p.strip() for p in obs.split("[SEP]")]
-    if task is not None and task.strip() in parts:
-        parts = parts[parts.index(task.strip()) + 1:]
-    elif "Instruction:" in parts:
-        parts = parts[parts.index("Instruction:") + 2:]  # drop the label and the instruction text
+    if "Instruction:" in parts:
+        parts = parts[parts.index("Instruction:") + 1:]
     return " [SEP] ".join(p for p in parts if p)
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from skillduet_plugin.envs.webshop.env import labelled_row
 from skillduet_plugin.envs.webshop.expert import item_price, item_title
 from skillduet_plugin.llm.offline_common import OfflineRules, Traj, find_loop, first_divergence, join_list
 
 _NAV = {"back to search", "next >", "< prev", "search"}
 _INFO = {"description", "features", "reviews", "attributes"}
 _ASIN = re.compile(r"b0[0-9a-z]{8}")
-_ROW = re.compile(r"item (\d+)")
 _PRICE = re.compile(r"\$\s*([0-9]+(?:\.[0-9]+)?)")
 _BUDGET = re.compile(r"price lower than\s*\$?\s*([0-9]+(?:\.[0-9]+)?)\s*dollars", re.IGNORECASE)
 # option group headers on an item page (WebShop's customization_options keys)
@@ -79,10 +79,10 @@ def replay(traj: Traj) -> Session:
     last_results = traj.initial_observation
     for step in traj.steps:
         verb, arg = _parse(step.action)
-        row = _ROW.fullmatch(arg) if verb == "click" else None
+        row = labelled_row(arg) if verb == "click" else None
         if row is not None:  # a labelled product link (the env's result_labels): the asin in that row
-            shown = [a.lower() for a in _ASIN.findall(previous_obs.lower())] if previous_obs else []
-            arg = shown[int(row.group(1)) - 1] if 1 <= int(row.group(1)) <= len(shown) else arg
+            shown = _ASIN.findall(previous_obs.lower()) if previous_obs else []
+            arg = shown[row - 1] if 1 <= row <= len(shown) else arg
         same_page = bool(previous_obs) and step.observation == previous_obs
         if verb == "search":
             out.searches.append(arg)

@@ -39,9 +39,8 @@ def resolve_model(spec: str, *, seed: int = 0, env: str | None = None) -> Path:
         from skillduet_plugin.runs.tiny_model import corpus_spec
 
         size = tiny_size(spec)
-        extra = corpus_spec(env)
-        corpus, vocab = (env, extra[1]) if extra is not None else (None, 1024)
-        key = digest_key(tiny_key(size, vocab, seed, corpus), 12)
+        corpus = env if corpus_spec(env) is not None else None
+        key = digest_key(tiny_key(size, seed=seed, corpus=corpus), 12)
         name = f"tiny-{size}-s{seed}-{corpus}-{key}" if corpus else f"tiny-{size}-s{seed}-{key}"
         return build_tiny(cache_dir() / "models" / name, size=size, seed=seed, corpus=corpus)
     from skillduet_plugin.runs.config import check_model_folder

@@ -191,18 +191,21 @@ def corpus_spec(corpus: str | None) -> tuple[Any, int] | None:
 
 
 def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: str | None = None) -> dict:
-    """Everything a tiny build depends on (its cache key); a build with an environment's corpus also names the
-    environment, the code of its corpus function and its data's identity."""
+    """Everything a tiny build depends on (its cache key); a build with an environment's corpus has that
+    environment's vocabulary size and also names the environment, the code of its corpus function and its data's
+    identity."""
     import tokenizers
     import torch
     import transformers
 
     from skillduet_plugin.core.artefacts import code_digest
 
+    extra = corpus_spec(corpus)
+    if extra is not None:
+        vocab_size = extra[1]
     key = {"artefact": "tiny-model", "size": size, "vocab_size": vocab_size, "seed": seed,
             "code": code_digest(*BUILD_CODE), "torch": torch.__version__, "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__}
-    extra = corpus_spec(corpus)
     if extra is not None:
         from skillduet_plugin.envs.registry import env_spec
 
@@ -225,17 +228,15 @@ def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, 
     if size not in SIZES:
         raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")
     out = Path(out_dir)
+    key = tiny_key(size, vocab_size, seed, corpus)
     extra = corpus_spec(corpus)
-    if extra is not None:
-        vocab_size = extra[1]
-    key = tiny_key(size, vocab_size, seed, corpus if extra is not None else None)
     if not overwrite and read_marker(out, key) is not None:
         return out
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not (out / STAMP).is_file():
         raise ValueError(f"out_dir={str(out)!r} is invalid: it holds files that are not a tiny build; pass an "
                          f"empty or new folder")
     with building(out, key) as tmp:
-        tokenizer = build_tokenizer(vocab_size=vocab_size, seed=seed,
+        tokenizer = build_tokenizer(vocab_size=key["vocab_size"], seed=seed,
                                     extra_lines=extra[0]() if extra is not None else ())
         model = build_model(tokenizer, size=size, seed=seed)
         tokenizer.save_pretrained(tmp)

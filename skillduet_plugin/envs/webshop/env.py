@@ -34,6 +34,17 @@ _ACTION = re.compile(r"(.+)\[(.+)\]")
 _ROW = re.compile(r"item (\d+)")
 
 
+def row_action(row: int) -> str:
+    """The labelled link to a results page's ``row`` (1-based): ``click[item <row>]`` (``result_labels``)."""
+    return f"click[item {row}]"
+
+
+def labelled_row(arg: str | None) -> int | None:
+    """The row a labelled link's argument names (``"item 3"`` -> 3); None for anything else."""
+    match = _ROW.fullmatch(arg or "")
+    return int(match.group(1)) if match else None
+
+
 def parse_action(action: str) -> tuple[str, str | None]:
     """``"click[Buy Now]"`` -> ``("click", "buy now")``; text without brackets -> ``(text, None)``."""
     match = _ACTION.match(action)
@@ -138,9 +149,10 @@ class WebShopEnv(TextEnv):
             self._go_results(arg.split(" "), 1)
             return 0.0
         table = pages.clickables(s["elements"])
-        row = _ROW.fullmatch(arg or "") if name == "click" and s["page"] == "search_results" else None
-        if row is not None and 1 <= int(row.group(1)) <= len(self._links()):
-            arg = self._links()[int(row.group(1)) - 1]
+        row = labelled_row(arg) if name == "click" and s["page"] == "search_results" else None
+        if row is not None:
+            links = self._links()
+            arg = links[row - 1] if 1 <= row <= len(links) else arg
         if name != "click" or arg is None or arg not in table or arg == "search":
             return 0.0
         page = s["page"]
@@ -240,7 +252,7 @@ class WebShopEnv(TextEnv):
                           if self.search_choices else ["search[<your query>]"])
         if not s["done"]:
             rows = {a: k for k, a in enumerate(self._links(), 1)} if self.result_labels else {}
-            admissible += [f"click[item {rows[c]}]" if c in rows else f"click[{c}]"
+            admissible += [row_action(rows[c]) if c in rows else f"click[{c}]"
                            for c in available["clickables"] if c != "search"]
         else:
             admissible = []

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from skillduet_plugin.envs.webshop.env import row_action
 from skillduet_plugin.envs.webshop.queries import Request, candidate_queries, read_instruction
 from skillduet_plugin.envs.webshop.search import analyze
 
@@ -86,7 +87,7 @@ def item_title(obs: str) -> str:
 def link_action(asin: str, row: int, admissible: list[str]) -> str | None:
     """The admissible action that opens the product ``asin`` shown in ``row`` (1-based) of a results page:
     ``click[<asin>]``, or ``click[item <row>]`` where the env labels its links (``result_labels``)."""
-    for action in (f"click[{asin}]", f"click[item {row}]"):
+    for action in (f"click[{asin}]", row_action(row)):
         if action in admissible:
             return action
     return None
@@ -150,10 +151,11 @@ class SearchingShopper:
 
     def _pick(self, obs: str, admissible: list[str]) -> str:
         budget = self._request.budget
-        rows = [(asin, title) for k, (asin, title, price) in enumerate(result_rows(obs), 1)
-                if asin not in self._rejected and link_action(asin, k, admissible)
+        shown = result_rows(obs)
+        links = {asin: link_action(asin, k, admissible) for k, (asin, _, _) in enumerate(shown, 1)}
+        rows = [(asin, title) for asin, title, price in shown
+                if asin not in self._rejected and links[asin]
                 and (budget is None or price is None or price <= budget)]
-        links = {asin: link_action(asin, k, admissible) for k, (asin, _, _) in enumerate(result_rows(obs), 1)}
         if rows:
             scores = [self._title_score(title) for _, title in rows]
             best = max(scores)

@@ -24,11 +24,13 @@ from skillduet_plugin.envs.webshop.synthetic import (catalogue_identity, ensure_
 # context, one shopper episode per goal over many goals. Its episodes are long, so cloning needs its steps: measured
 # on 32 goals, 60 steps left the cross-entropy at 1.65 and the clone won no sampled episode, 200 steps reached 0.14;
 # 1,000 steps on 512 goals make a clone that wins test goals it never saw (docs/study.md), 600 on 128 did not.
-RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 256, "max_turns": 8, "max_total_tokens": 4096,
+# RL practises 8 goals, each 5 times with 8 rollouts (as the ALFWorld demo practises its 15 games): 9 steps over
+# 256 goals (each seen once, 4 rollouts) left every measurement where it was.
+RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 8, "max_turns": 8, "max_total_tokens": 4096,
                 "warm_start.games": 512, "warm_start.episodes_per_game": 1, "warm_start.steps": 1000,
-                "warm_start.max_turns": None, "num_generations": 4, "learning_rate": 2e-4,
-                "steps": 9, "tasks_per_step": 4, "eval_training_tasks": 12, "save_steps": 3,
-                "eval_panel_samples": 4,
+                "warm_start.max_turns": None, "num_generations": 8, "learning_rate": 3e-4,
+                "steps": 10, "tasks_per_step": 4, "eval_training_tasks": 8, "save_steps": 3,
+                "eval_samples": 8, "eval_panel_samples": 4,
                 "skillduet.consolidation_interval": 3, "skillduet.skill_token_budget": 160,
                 "skillduet.local_skill_token_budget": 96, "skillduet.max_heldout": 4}
 

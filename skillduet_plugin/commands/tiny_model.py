@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,13 +13,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model shape (default: tiny)")
     parser.add_argument("--vocab-size", type=int, default=1024, help="BPE vocabulary size (default: 1024)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--env", default=None,
+                        help="an environment whose own text the tokenizer also learns, as `skillduet train env=NAME` "
+                             "builds it (webshop: the synthetic catalogue's words, 2,048 tokens, replacing "
+                             "--vocab-size); an environment without such text gets the default build")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the folder holds this build")
 
 
 def run(args: argparse.Namespace) -> int:
     from skillduet_plugin.runs.tiny_model import build_tiny
 
+    if args.env is not None:
+        from skillduet_plugin.config import ConfigError
+        from skillduet_plugin.envs.registry import env_spec
+
+        try:
+            env_spec(args.env)  # before any work
+        except ConfigError as err:
+            print(f"skillduet tiny-model: --{err}", file=sys.stderr)
+            return 2
     out = build_tiny(args.out_dir, size=args.size, vocab_size=args.vocab_size, seed=args.seed,
-                     overwrite=args.overwrite)
+                     overwrite=args.overwrite, corpus=args.env)
     print(out)
     return 0

@@ -68,6 +68,28 @@ def test_cli_tiny_model(tmp_path):
     assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "tokenizer.json").exists()
 
 
+def test_cli_tiny_model_for_an_environment_is_the_build_its_runs_use(tmp_path, monkeypatch, capsys):
+    """``--env webshop`` writes the build ``skillduet train env=webshop`` resolves (same key, same weights); an
+    unknown environment is one line naming the option and the registered names, before anything is written."""
+    import json
+
+    from skillduet_plugin.cli import main
+    from skillduet_plugin.runs.rundir import resolve_model
+    from skillduet_plugin.runs.tiny_model import tiny_key
+
+    monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
+    assert main(["tiny-model", str(tmp_path / "bad"), "--env", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--env='nope'" in err and "webshop" in err
+    assert not (tmp_path / "bad").exists()
+    assert main(["tiny-model", str(tmp_path / "shop"), "--env", "webshop"]) == 0
+    ours, runs = tmp_path / "shop", resolve_model("tiny", env="webshop")
+    assert json.loads((ours / "config.json").read_text())["vocab_size"] > 2000
+    assert (ours / "tokenizer.json").read_bytes() == (runs / "tokenizer.json").read_bytes()
+    assert (ours / "model.safetensors").read_bytes() == (runs / "model.safetensors").read_bytes()
+    assert tiny_key(corpus="webshop") != tiny_key()  # negative control: the option changes the build
+
+
 def _with_template(tokenizer, name):
     import copy
     import importlib.resources

@@ -140,3 +140,39 @@ def test_rank_agreement_statistics_by_hand():
     ids = ["a", "b", "c", "d"]
     assert ra.top_overlap(ids, [4.0, 3.0, 2.0, 1.0], [4.0, 1.0, 3.0, 2.0]) == 0.5  # keep {a,b} vs {a,c}
     assert ra.top_overlap(ids, [4.0, 3.0, 2.0, 1.0], [None, None, 2.0, 1.0]) == 0.0  # unscored rank last
+
+
+def test_webshop_decisions_kinds_by_hand_and_a_probe_end_to_end(tmp_path):
+    """bench/webshop_decisions.py: each shopper action is put in the right decision kind, and the probe plays
+    the shopper's episodes (teacher forced) with an untrained tiny WebShop build: every shopper turn is one
+    decision, the shopper buys on every goal it wins, and the untrained model agrees with it only sometimes."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.webshop_decisions import decision_kind, probe
+    from skillduet_plugin.core.conversation import ChatTokenizer
+    from skillduet_plugin.envs.webshop import make_webshop
+    from skillduet_plugin.runs.tiny_model import build_tiny
+
+    index = ["search[red shoes]", "search[shoes]"]
+    results = ["click[back to search]", "click[next >]", "click[item 1]", "click[item 2]"]
+    item = ["click[back to search]", "click[< prev]", "click[features]", "click[red]", "click[buy now]"]
+    assert decision_kind(index, "search[shoes]") == "search"
+    assert decision_kind(results, "click[item 2]") == "row"
+    assert decision_kind(results, "click[next >]") == "results:other"
+    assert decision_kind(item, "click[red]") == "option"
+    assert decision_kind(item, "click[buy now]") == "buy"
+    assert decision_kind(item, "click[< prev]") == "item:other"
+
+    folder = build_tiny(tmp_path / "shop", corpus="webshop")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))
+    env = make_webshop(split="test", search_choices=8, result_labels=True)
+    tasks = list(env.tasks)[:3]
+    out = probe(model, chat, env, tasks, "webshop", max_turns=8, max_total_tokens=4096, max_new_tokens=32)
+    counts = {k: tuple(int(x) for x in v.split("/")) for k, v in out["decisions"].items()}
+    assert counts["search"][1] == 3 and counts["buy"][1] >= 2  # one search per goal; the shopper buys
+    assert all(a <= b for a, b in counts.values())
+    assert sum(a for a, _ in counts.values()) < sum(b for _, b in counts.values())  # untrained: not all right
+    assert out["greedy_play"]["goals"] == 3 and 0 <= out["greedy_play"]["mean_score"] <= 1

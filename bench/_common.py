@@ -170,3 +170,24 @@ def report(name: str, value: float, results: Mapping[str, Any], args: argparse.N
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"{name} {value:.3g}" if isinstance(value, float) else f"{name} {value}", flush=True)
+
+
+def warm_started(config: Any) -> tuple[Path, dict[str, Any]]:
+    """The warm-started model of a run config (``runs.config.RunConfig``) and its info: the run's own cached
+    clone (the one ``skillduet train`` with that config starts RL from), built on first use."""
+    from skillduet_plugin.runs.environment import make_env
+    from skillduet_plugin.runs.rundir import cache_dir, resolve_model
+    from skillduet_plugin.runs.trl_runner import warm_start_settings
+    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+
+    return warm_start_model(resolve_model(config.model, seed=config.seed, env=config.env),
+                            make_env=lambda n: make_env(config, config.train_split, n),
+                            cache_root=cache_dir(), **warm_start_settings(config))
+
+
+def probe_output(out: Mapping[str, Any], json_path: str | None, t0: float) -> None:
+    """Print a probe's result with its time and the load average, and write it to ``json_path`` when given."""
+    out = {**out, "seconds": round(time.time() - t0, 1), "load1": os.getloadavg()[0]}
+    print(json.dumps(out, indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps(out, indent=1))

@@ -13,7 +13,6 @@ action with the same-game skill than without or with the others.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _common  # noqa: E402,F401  (offline environment variables)
+from bench import _common  # noqa: E402  (offline environment variables; the shared probe helpers)
 
 CONDITIONS = ("none", "same_game", "other_game", "neutral")
 
@@ -85,38 +84,28 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skillduet_plugin.core.conversation import ChatTokenizer
     from skillduet_plugin.runs.config import load_run_config
     from skillduet_plugin.runs.environment import make_env
-    from skillduet_plugin.runs.rundir import cache_dir, resolve_model
-    from skillduet_plugin.runs.trl_runner import set_threads, warm_start_settings
+    from skillduet_plugin.runs.trl_runner import set_threads
     from skillduet_plugin.runs.warmstart import LOCAL_SKILL_TOKENS
-    from skillduet_plugin.runs.warmstart_cache import warm_start_model
 
     config = load_run_config(None, [f"warm_start.steps={args.steps}", f"seed={args.seed}",
                                     f"warm_start.skill_fraction={args.skill_fraction}"])
     set_threads(config)
     t0 = time.time()
-    folder, info = warm_start_model(resolve_model(config.model, seed=config.seed),
-                                    make_env=lambda n: make_env(config, config.train_split, n),
-                                    cache_root=cache_dir(), **warm_start_settings(config))
+    folder, info = _common.warm_started(config)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    from transformers import AutoTokenizer
-
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))
     panel_env = make_env(config, args.panel)
     tasks = list(panel_env.tasks)[:args.games]
     result = probe(model, chat, panel_env, tasks, config.env, config.warm_start.max_turns or config.max_turns,
                    config.max_total_tokens, LOCAL_SKILL_TOKENS)
-    out = {"steps": args.steps, "skill_fraction": args.skill_fraction, "panel": args.panel,
-           "games": len(tasks), "warm_start_loss": info.get("loss_last"), "result": result,
-           "seconds": round(time.time() - t0, 1), "load1": _common.os.getloadavg()[0]}
-    print(json.dumps(out, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
-
+    _common.probe_output({"steps": args.steps, "skill_fraction": args.skill_fraction, "panel": args.panel,
+                          "games": len(tasks), "warm_start_loss": info.get("loss_last"), "result": result},
+                         args.json, t0)
 
 if __name__ == "__main__":
     main()

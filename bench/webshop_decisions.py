@@ -13,7 +13,6 @@ is this table for the clones that led to the demo's.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _common  # noqa: E402,F401  (offline environment variables)
+from bench import _common  # noqa: E402  (offline environment variables; the shared probe helpers)
 
 KINDS = ("search", "row", "results:other", "option", "buy", "item:other", "other")
 
@@ -120,30 +119,20 @@ def main() -> None:
     from skillduet_plugin.core.conversation import ChatTokenizer
     from skillduet_plugin.runs.config import load_run_config
     from skillduet_plugin.runs.environment import make_env
-    from skillduet_plugin.runs.rundir import cache_dir, resolve_model
-    from skillduet_plugin.runs.trl_runner import set_threads, warm_start_settings
-    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+    from skillduet_plugin.runs.trl_runner import set_threads
 
     config = load_run_config(None, ["env=webshop", f"seed={args.seed}"])
     set_threads(config)
     t0 = time.time()
-    folder = args.model
-    if folder is None:
-        folder, _ = warm_start_model(resolve_model(config.model, seed=config.seed, env=config.env),
-                                     make_env=lambda n: make_env(config, config.train_split, n),
-                                     cache_root=cache_dir(), **warm_start_settings(config))
+    folder = args.model or _common.warm_started(config)[0]
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))
     env = make_env(config, args.panel)
     tasks = list(env.tasks)[:args.goals]
     result = probe(model, chat, env, tasks, config.env, config.max_turns, config.max_total_tokens,
                    config.max_new_tokens_per_turn)
-    out = {"model": str(folder), "panel": args.panel, "goals": len(tasks), "result": result,
-           "seconds": round(time.time() - t0, 1), "load1": _common.os.getloadavg()[0]}
-    print(json.dumps(out, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
-
+    _common.probe_output({"model": str(folder), "panel": args.panel, "goals": len(tasks), "result": result},
+                         args.json, t0)
 
 if __name__ == "__main__":
     main()

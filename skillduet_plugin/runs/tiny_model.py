@@ -4,7 +4,8 @@ The tokenizer is a byte-level BPE trained on ALFWorld- and WebShop-flavoured tex
 special tokens and a ChatML chat template; a build for one environment (``corpus=``, e.g. ``webshop``) also
 learns that environment's own vocabulary (its registered ``tiny_corpus`` text, with a larger vocabulary), so that
 its words are single tokens as ALFWorld's objects are in the default build. The model is a randomly initialised
-``Qwen3ForCausalLM``. Both are saved to a folder that ``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained`` load with no hub access.
+``Qwen3ForCausalLM``. Both are saved to a folder that ``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained``
+load with no hub access.
 """
 
 from __future__ import annotations
@@ -179,15 +180,16 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
 BUILD_CODE = ("skillduet_plugin.runs.tiny_model", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice")
 
 
-def corpus_spec(corpus: str | None) -> tuple[Any, int] | None:
-    """``(lines_fn, vocab_size)`` of an environment's own tokenizer text (``EnvSpec.tiny_corpus``), or None for
-    the default build (``corpus=None``, or an environment that registers none)."""
+def corpus_spec(corpus: str | None) -> Any:
+    """The registration (``EnvSpec``) of the environment ``corpus`` when it registers its own tokenizer text
+    (``tiny_corpus``, with ``tiny_vocab_size`` tokens), else None: the default build (``corpus=None``, or an
+    environment that registers none)."""
     if corpus is None:
         return None
     from skillduet_plugin.envs.registry import env_spec
 
     spec = env_spec(corpus)
-    return None if spec.tiny_corpus is None else (spec.tiny_corpus, spec.tiny_vocab_size)
+    return spec if spec.tiny_corpus is not None else None
 
 
 def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: str | None = None) -> dict:
@@ -200,17 +202,13 @@ def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: 
 
     from skillduet_plugin.core.artefacts import code_digest
 
-    extra = corpus_spec(corpus)
-    if extra is not None:
-        vocab_size = extra[1]
-    key = {"artefact": "tiny-model", "size": size, "vocab_size": vocab_size, "seed": seed,
-            "code": code_digest(*BUILD_CODE), "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__}
-    if extra is not None:
-        from skillduet_plugin.envs.registry import env_spec
-
-        identity = env_spec(corpus).default_data_identity
-        key.update(corpus=corpus, corpus_code=code_digest(extra[0].__module__),
+    spec = corpus_spec(corpus)
+    key = {"artefact": "tiny-model", "size": size, "vocab_size": spec.tiny_vocab_size if spec else vocab_size,
+           "seed": seed, "code": code_digest(*BUILD_CODE), "torch": torch.__version__,
+           "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    if spec is not None:
+        identity = spec.default_data_identity
+        key.update(corpus=corpus, corpus_code=code_digest(spec.tiny_corpus.__module__),
                    corpus_data=identity() if identity is not None else None)
     return key
 
@@ -229,15 +227,15 @@ def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, 
         raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")
     out = Path(out_dir)
     key = tiny_key(size, vocab_size, seed, corpus)
-    extra = corpus_spec(corpus)
     if not overwrite and read_marker(out, key) is not None:
         return out
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not (out / STAMP).is_file():
         raise ValueError(f"out_dir={str(out)!r} is invalid: it holds files that are not a tiny build; pass an "
                          f"empty or new folder")
     with building(out, key) as tmp:
+        spec = corpus_spec(corpus)
         tokenizer = build_tokenizer(vocab_size=key["vocab_size"], seed=seed,
-                                    extra_lines=extra[0]() if extra is not None else ())
+                                    extra_lines=spec.tiny_corpus() if spec is not None else ())
         model = build_model(tokenizer, size=size, seed=seed)
         tokenizer.save_pretrained(tmp)
         model.save_pretrained(tmp)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from skillduet_plugin.core.names import OPD_AGGREGATIONS
+from skillduet_plugin.core.selectors import SELECTORS
 from skillduet_plugin.core.settings import ConfigError, check_keys, invalid, setting, validate_fields
 from skillduet_plugin.llm.config import BackendConfig
 
-SELECTORS = ("strength", "utility", "contrast", "random")
 HELDOUT_POLICIES = ("teacher", "same_scope", "same_scope_other_tasks", "any")
 SCOPE_KINDS = ("task_type", "task", "single")
 SKILL_POSITIONS = ("after_task", "system", "user_start")
@@ -37,7 +37,8 @@ class SkillDuetConfig:
     keep_ratio: float = setting(0.5, "fraction of deduplicated candidates kept per consolidation (top by the "
                                 "selector)", lo=0, hi=1, lo_open=True)
     selector: str = setting("strength", "which score ranks candidates: strength (paper default), utility, "
-                            "contrast, random", choices=SELECTORS)
+                            "contrast, random, or any selector registered with core.selectors.register_selector",
+                            choices=SELECTORS)
     use_global: bool = setting(True, "inject the Global into rollout prompts; false is the Local-only ablation",
                                kind="bool")
     extract_local: bool = setting(True, "run the analyzer each step; false (with opd_coef=0, use_global=false) is "

@@ -12,6 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="the current Global of every scope (or one scope)")
     show.add_argument("run_dir", help="run folder holding skill_bank.sqlite (or the .sqlite file itself)")
     show.add_argument("--scope", default=None, help="only this scope")
+    show.add_argument("--candidates", type=int, default=10, metavar="N",
+                      help="the newest N Local candidates of each scope with every selector's score (0: none)")
     hist = sub.add_parser("history", help="every Global version: step, parent, selector, kept/rejected")
     hist.add_argument("run_dir")
     hist.add_argument("--scope", default=None)
@@ -69,7 +71,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         print("\t".join(r))
 
 
-def _show(bank, scope: str | None) -> int:
+def _show(bank, scope: str | None, newest: int = 10) -> int:
     scopes = [scope] if scope else bank.scopes()
     if not scopes:
         print("The skill bank is empty.")
@@ -90,7 +92,23 @@ def _show(bank, scope: str | None) -> int:
         print(f"\n[{sc}] Global version {g.version}:")
         for item in g.items:
             print(f"  - {item}")
+    if newest > 0:
+        _show_candidates(bank, scopes, newest)
     return 0
+
+
+def _show_candidates(bank, scopes: list[str], newest: int) -> None:
+    """The newest candidates of each scope with their cached scores (one column per registered selector score)."""
+    from skillduet_plugin.skills.export import candidate_score_names
+
+    picked = [c for sc in scopes for c in bank.candidates(scope=sc)[-newest:]]
+    if not picked:
+        return
+    names = candidate_score_names(picked)
+    rows = [[c.scope, str(c.step), c.kind, *("–" if c.scores.get(n) is None else f"{c.scores[n]:.4g}" for n in names),
+             " ".join(c.text.split())[:80]] for c in picked]
+    print()
+    _table(f"Local candidates (newest {newest} per scope)", ["scope", "step", "kind", *names, "skill"], rows)
 
 
 def _history(bank, scope: str | None) -> int:
@@ -160,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
     bank = open_bank(args.run_dir)
     try:
         if args.action == "show":
-            return _show(bank, args.scope)
+            return _show(bank, args.scope, args.candidates)
         if args.action == "history":
             return _history(bank, args.scope)
         if args.action == "diff":

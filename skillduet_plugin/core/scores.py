@@ -78,13 +78,13 @@ def contrast(shifts: Sequence[float] | torch.Tensor, success: Sequence[bool]) ->
 
 
 def select_top(candidate_ids: Sequence[str], scores: Sequence[float | None], keep_ratio: float,
-               rng: random.Random | None = None, selector: str = "strength") -> tuple[list[str], list[str]]:
+               rng: random.Random | None = None, shuffle: bool = False) -> tuple[list[str], list[str]]:
     """Keep the top ``keep_ratio`` share of candidates.
 
     Returns ``(kept, rejected)`` in rank order. At least one candidate is kept when any exists
     (``ceil(keep_ratio * n)``). Candidates whose score is None rank below every scored one. Ties break by
-    candidate id, so the result does not depend on input order. ``selector="random"`` ignores the scores and
-    shuffles with ``rng`` (required, so the ablation is reproducible from the seed).
+    candidate id, so the result does not depend on input order. ``shuffle=True`` (the Random selector) ignores the
+    scores and shuffles with ``rng`` (required, so the ablation is reproducible from the seed).
     """
     if len(candidate_ids) != len(scores):
         raise ValueError(f"{len(candidate_ids)} candidate ids but {len(scores)} scores")
@@ -94,9 +94,9 @@ def select_top(candidate_ids: Sequence[str], scores: Sequence[float | None], kee
     if n == 0:
         return [], []
     k = max(1, math.ceil(keep_ratio * n - 1e-9))
-    if selector == "random":
+    if shuffle:
         if rng is None:
-            raise ValueError("select_top(selector='random') needs an rng seeded from the config seed")
+            raise ValueError("select_top(shuffle=True) needs an rng seeded from the config seed")
         order = sorted(candidate_ids)
         rng.shuffle(order)
     else:

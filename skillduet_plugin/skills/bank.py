@@ -23,16 +23,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from skillduet_plugin.core.selectors import score_names
 from skillduet_plugin.skills.bank_files import (SCHEMA, SCHEMA_VERSION, BankError, corrupt, migrate, refuse_newer,
-                                                schema_problems, snapshots_under, stored_version, validate_file)
+                                                row_scores, schema_problems, snapshots_under, stored_version,
+                                                validate_file)
 from skillduet_plugin.skills.sanitize import clean_text
 from skillduet_plugin.skills.types import GlobalSkills, Skill
 
 __all__ = ["BANK_FILENAME", "SCHEMA_VERSION", "BankError", "GlobalVersion", "SkillBank"]
 
 BANK_FILENAME = "skill_bank.sqlite"
-
-SCORE_FIELDS = ("strength", "utility", "contrast")
 
 
 @dataclass
@@ -99,7 +99,9 @@ class SkillBank:
                 elif version < SCHEMA_VERSION:
                     migrate(conn, self.path, version)
             # A reader may open the file before the writer made its tables (it then reads as empty).
-            problems = schema_problems(conn) if (version is not None or not self.readonly) else []
+            # An older file a reader cannot migrate is read as it is (``bank_files.row_scores``).
+            problems = schema_problems(conn, version if self.readonly else None) if (
+                version is not None or not self.readonly) else []
             if problems:
                 raise BankError(f"skill bank {self.path} does not have the schema of version {SCHEMA_VERSION} "
                                 f"it claims ({'; '.join(problems)}): restore it from a checkpoint snapshot, or "
@@ -186,19 +188,19 @@ class SkillBank:
     def record_scores(self, scores: dict[str, dict[str, Any]], step: int | None = None) -> int:
         """Cache selector scores per skill_id on its latest candidate row (or its row of ``step``).
 
-        Each value may hold ``strength``/``utility``/``contrast`` (float or None), ``n_heldout`` and ``note``.
-        Returns the number of rows updated.
+        Each value holds the selector scores by name (float or None; ``SkillScore.as_record``), and may hold
+        ``n_heldout``, ``note`` and ``scored_step``. Returns the number of rows updated.
         """
         updated = 0
         with self._write() as conn:
             for skill_id, sc in scores.items():
                 where, params = ("skill_id = ? AND step = ?", (skill_id, int(step))) if step is not None else (
                     "id = (SELECT MAX(id) FROM candidates WHERE skill_id = ?)", (skill_id,))
+                values = {k: v for k, v in sc.items() if k not in ("n_heldout", "note", "scored_step")}
                 cur = conn.execute(
-                    f"UPDATE candidates SET strength = ?, utility = ?, contrast = ?, n_heldout = ?, "
-                    f"score_note = ?, scored_step = ? WHERE {where}",
-                    (sc.get("strength"), sc.get("utility"), sc.get("contrast"), sc.get("n_heldout"),
-                     sc.get("note"), sc.get("scored_step", step), *params))
+                    f"UPDATE candidates SET scores = ?, n_heldout = ?, score_note = ?, scored_step = ? WHERE {where}",
+                    (json.dumps(values, sort_keys=True), sc.get("n_heldout"), sc.get("note"),
+                     sc.get("scored_step", step), *params))
                 updated += cur.rowcount
         return updated
 
@@ -338,6 +340,7 @@ class SkillBank:
             try:
                 src.backup(conn)
                 conn.execute("PRAGMA journal_mode=WAL")
+                migrate(conn, self.path, stored_version(conn) or SCHEMA_VERSION)  # a snapshot of an older release
             finally:
                 src.close()
 
@@ -402,7 +405,7 @@ def _step_window(sql: str, since_step: int | None, until_step: int | None) -> tu
 
 
 def _row_to_skill(r: sqlite3.Row) -> Skill:
-    scores = {name: r[name] for name in SCORE_FIELDS}
+    scores = {**dict.fromkeys(score_names()), **row_scores(r)}  # an unscored candidate: every score None
     metadata = _loads(r["metadata"], {})
     metadata.update({"n_heldout": r["n_heldout"], "score_note": r["score_note"], "scored_step": r["scored_step"]})
     return Skill(text=r["text"], scope=r["scope"], kind=r["kind"],

@@ -8,12 +8,13 @@ would silently drop what it does not know).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -21,7 +22,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     skill_id TEXT NOT NULL, scope TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
     step INTEGER NOT NULL, source_traj_ids TEXT NOT NULL, metadata TEXT NOT NULL,
-    strength REAL, utility REAL, contrast REAL, n_heldout INTEGER, score_note TEXT, scored_step INTEGER,
+    scores TEXT NOT NULL DEFAULT '{}', n_heldout INTEGER, score_note TEXT, scored_step INTEGER,
     created_at REAL NOT NULL,
     UNIQUE (skill_id, step));
 CREATE INDEX IF NOT EXISTS candidates_scope_step ON candidates (scope, step);
@@ -34,8 +35,27 @@ CREATE TABLE IF NOT EXISTS global_versions (
 CREATE TABLE IF NOT EXISTS consolidations (step INTEGER PRIMARY KEY, scopes TEXT NOT NULL, created_at REAL NOT NULL);
 """
 
+#: The score columns of schema version 1 (one per built-in selector); version 2 keeps every registered selector's
+#: score in the JSON object ``candidates.scores`` (``core.selectors``), so a new selector needs no new column.
+V1_SCORE_COLUMNS = ("strength", "utility", "contrast")
+
+#: Columns later versions added: ``{(table, column): version}``; a file of an older version lacks them until it is
+#: migrated (a read-only reader reads it as it is).
+ADDED_IN = {("candidates", "scores"): 2}
+
+
+def _v1_scores_to_json(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE candidates ADD COLUMN scores TEXT NOT NULL DEFAULT '{}'")
+    rows = conn.execute(f"SELECT id, {', '.join(V1_SCORE_COLUMNS)} FROM candidates").fetchall()
+    conn.executemany("UPDATE candidates SET scores = ? WHERE id = ?",
+                     [(json.dumps(dict(zip(V1_SCORE_COLUMNS, r[1:]))), r[0]) for r in rows])
+    if sqlite3.sqlite_version_info >= (3, 35, 0):  # DROP COLUMN; older SQLite keeps them, never read again
+        for column in V1_SCORE_COLUMNS:
+            conn.execute(f"ALTER TABLE candidates DROP COLUMN {column}")
+
+
 #: ``MIGRATIONS[v](conn)`` upgrades a bank of schema version ``v`` to ``v + 1`` inside one transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_scores_to_json}
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -57,15 +77,16 @@ def expected_columns() -> dict[str, tuple[str, ...]]:
         conn.close()
 
 
-def schema_problems(conn: sqlite3.Connection) -> list[str]:
-    """What is missing from ``conn``'s schema (tables, columns), as readable phrases; [] when complete."""
+def schema_problems(conn: sqlite3.Connection, version: int | None = None) -> list[str]:
+    """What is missing from ``conn``'s schema (tables, columns) for a bank of ``version`` (default: the current
+    one), as readable phrases; [] when complete."""
     problems = []
     for table, columns in expected_columns().items():
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if not have:
             problems.append(f"table {table} is missing")
             continue
-        missing = [c for c in columns if c not in have]
+        missing = [c for c in columns if c not in have and ADDED_IN.get((table, c), 0) <= (version or SCHEMA_VERSION)]
         if missing:
             problems.append(f"table {table} lacks column(s) {', '.join(missing)}")
     return problems
@@ -144,8 +165,9 @@ def validate_file(path: Path, *, what: str = "skill bank") -> None:
         if result != ["ok"]:
             raise BankError(f"{what} {path} fails PRAGMA integrity_check ({'; '.join(result[:3])}): it is "
                             "damaged; use another snapshot (an earlier checkpoint)")
-        refuse_newer(path, stored_version(conn))
-        problems = schema_problems(conn)
+        version = stored_version(conn)
+        refuse_newer(path, version)
+        problems = schema_problems(conn, version)
         if problems:
             raise BankError(f"{what} {path} is not a skill bank of this schema ({'; '.join(problems)}): use a "
                             "bank written by skillduet, or another snapshot")
@@ -153,6 +175,13 @@ def validate_file(path: Path, *, what: str = "skill bank") -> None:
         raise corrupt(path, exc) from exc
     finally:
         conn.close()
+
+
+def row_scores(row: sqlite3.Row) -> dict[str, float | None]:
+    """The cached scores of a candidate row, of the current schema or (read-only, unmigrated) of version 1."""
+    if "scores" in row.keys():
+        return dict(json.loads(row["scores"] or "{}"))
+    return {name: row[name] for name in V1_SCORE_COLUMNS}
 
 
 def snapshots_under(root: Path, filename: str, *, exclude: Path | None = None) -> list[Path]:

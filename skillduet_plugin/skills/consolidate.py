@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from skillduet_plugin.core.scores import select_top
+from skillduet_plugin.core.selectors import get_selector
 from skillduet_plugin.llm.base import ChatRequest
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
 from skillduet_plugin.skills.prompts import render as render_prompt
@@ -63,7 +64,7 @@ def selector_rng(seed: int, step: int, scope: str) -> random.Random:
 
 
 def _score(skill: Skill, selector: str) -> float | None:
-    value = skill.scores.get(selector) if selector != "random" else skill.scores.get("strength")
+    value = skill.scores.get(get_selector(selector).score)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return float(value)
@@ -108,9 +109,10 @@ def select(unique: Sequence[Skill], *, selector: str, keep_ratio: float, seed: i
            scope: str) -> tuple[list[Skill], list[dict[str, str]]]:
     """Keep the top ``keep_ratio`` share by the selector's cached score (``core.scores.select_top``)."""
     ids = [s.skill_id for s in unique]
-    scores = [_score(s, selector) if selector != "random" else None for s in unique]
-    rng = selector_rng(seed, step, scope) if selector == "random" else None
-    kept_ids, rejected_ids = select_top(ids, scores, keep_ratio, rng=rng, selector=selector)
+    shuffle = get_selector(selector).shuffle
+    scores = [None if shuffle else _score(s, selector) for s in unique]
+    rng = selector_rng(seed, step, scope) if shuffle else None
+    kept_ids, rejected_ids = select_top(ids, scores, keep_ratio, rng=rng, shuffle=shuffle)
     by_id = {s.skill_id: s for s in unique}
     rejected = [{"skill_id": sid, "reason": "below_top_k",
                  "detail": f"{selector}={_fmt(_score(by_id[sid], selector))}, keep_ratio={keep_ratio}"}

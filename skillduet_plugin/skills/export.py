@@ -7,6 +7,7 @@ import difflib
 import json
 from typing import Any
 
+from skillduet_plugin.core.selectors import score_names
 from skillduet_plugin.skills.bank import SkillBank
 
 
@@ -28,6 +29,16 @@ def export_json(bank: SkillBank, *, scope: str | None = None) -> str:
 
 def _num(value: Any) -> str:
     return "–" if value is None else f"{float(value):.4g}"
+
+
+def candidate_score_names(candidates: list[dict[str, Any]] | list[Any]) -> list[str]:
+    """The registered scores, then any other score the candidates carry (a selector registered by the run that
+    wrote the bank and not by this process)."""
+    names = score_names()
+    for c in candidates:
+        scores = c["scores"] if isinstance(c, dict) else c.scores
+        names += [k for k in scores if k not in names]
+    return names
 
 
 def export_markdown(bank: SkillBank, *, scope: str | None = None) -> str:
@@ -54,14 +65,14 @@ def export_markdown(bank: SkillBank, *, scope: str | None = None) -> str:
             lines.append("")
         cands = [c for c in data["candidates"] if c["scope"] == sc]
         if cands:
-            lines += ["### Local candidates", "", "| step | kind | strength | utility | contrast | skill |",
-                      "|---|---|---|---|---|---|"]
+            names = candidate_score_names(cands)
+            lines += ["### Local candidates", "", f"| step | kind | {' | '.join(names)} | skill |",
+                      "|---|---|" + "---|" * len(names) + "---|"]
             for c in cands:
                 text = " ".join(c["text"].split()).replace("|", "\\|")
                 text = text if len(text) <= 120 else text[:117] + "..."
-                s = c["scores"]
-                lines.append(f"| {c['step']} | {c['kind']} | {_num(s.get('strength'))} | {_num(s.get('utility'))} | "
-                             f"{_num(s.get('contrast'))} | {text} |")
+                values = " | ".join(_num(c["scores"].get(n)) for n in names)
+                lines.append(f"| {c['step']} | {c['kind']} | {values} | {text} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

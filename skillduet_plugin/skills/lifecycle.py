@@ -234,7 +234,7 @@ class SkillLifecycle:
               record: bool = True) -> dict[str, dict[str, float | None]]:
         """Strength/Utility/Contrast of ``skills`` on held-out ``trajectories``, cached on the candidates in the
         bank (when writing and ``record``; ``record=False`` only computes, e.g. to compare two log-prob sources).
-        Returns ``{skill_id: {strength, utility, contrast, n_heldout}}``.
+        Returns ``{skill_id: {<every registered score>, n_heldout}}`` (``core.selectors.score_names``).
 
         ``heldout="teacher"``: ``teacher_logps`` (traj_id -> the teacher pass's per-token log-probs) supply the
         free rows, ``assignment`` (traj_id -> teacher skill_id; default ``Trajectory.local_skill_id``) says
@@ -417,5 +417,4 @@ class SkillLifecycle:
 
 
 def _plain_scores(scores: Mapping[str, SkillScore]) -> dict[str, dict[str, float | None]]:
-    return {sid: {"strength": sc.strength, "utility": sc.utility, "contrast": sc.contrast,
-                  "n_heldout": float(sc.n_heldout)} for sid, sc in scores.items()}
+    return {sid: {**sc.values, "n_heldout": float(sc.n_heldout)} for sid, sc in scores.items()}

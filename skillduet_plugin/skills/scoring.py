@@ -1,5 +1,5 @@
-"""Response-based scoring of Local candidates (Strength, Utility, Contrast) on held-out trajectories, and the
-registry of selectors that rank candidates at consolidation.
+"""Response-based scoring of Local candidates on held-out trajectories: every score the selector registry
+(``core.selectors``) declares, Strength, Utility and Contrast among them.
 
 This module holds the pairwise estimator (``heldout`` = same_scope / same_scope_other_tasks / any); the default
 estimator that reads the teacher pass (``heldout="teacher"``) is ``skills.teacher_scoring``. For a candidate L,
@@ -19,80 +19,39 @@ from typing import Callable, Sequence
 import torch
 
 from skillduet_plugin.core.logprobs import LogprobFn, pad_logprobs
-from skillduet_plugin.core.scores import contrast, response_shift, strength, utility
+from skillduet_plugin.core.scores import response_shift
+from skillduet_plugin.core.selectors import compute_scores
 from skillduet_plugin.skills.types import Skill, Trajectory
 
 ContextFn = Callable[[Trajectory, Skill | None], list[int]]
-# selector(shifts, advantages, successes) -> the candidate's score (None: undefined, ranks last)
-SelectorFn = Callable[[Sequence[float], Sequence[float], Sequence[bool]], "float | None"]
 PAIRWISE_POLICIES = ("same_scope", "same_scope_other_tasks", "any")
-
-_SELECTORS: dict[str, SelectorFn] = {}
-
-
-def register_selector(name: str) -> Callable[[SelectorFn], SelectorFn]:
-    """Register ``fn(shifts, advantages, successes) -> float | None`` as the selector ``name``.
-
-    Every registered selector is computed for each candidate and cached in the bank under its name;
-    ``config.selector`` picks the one that ranks candidates at consolidation.
-    """
-    def add(fn: SelectorFn) -> SelectorFn:
-        if name in _SELECTORS and _SELECTORS[name] is not fn:
-            raise ValueError(f"selector {name!r} is already registered")
-        _SELECTORS[name] = fn
-        return fn
-
-    return add
-
-
-def get_selector(name: str) -> SelectorFn:
-    """The selector registered as ``name``; the error lists the registered names."""
-    if name not in _SELECTORS:
-        raise KeyError(f"selector={name!r} is not registered: registered selectors are "
-                       f"{', '.join(sorted(_SELECTORS))} (add one with @register_selector)")
-    return _SELECTORS[name]
-
-
-def registered_selectors() -> tuple[str, ...]:
-    return tuple(_SELECTORS)
-
-
-@register_selector("strength")
-def _strength(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
-    return strength(shifts)
-
-
-@register_selector("utility")
-def _utility(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
-    return utility(shifts, advantages) if len(shifts) else None
-
-
-@register_selector("contrast")
-def _contrast(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
-    return contrast(shifts, successes) if len(shifts) else None
-
-
-@register_selector("random")
-def _random(shifts: Sequence[float], advantages: Sequence[float], successes: Sequence[bool]) -> float | None:
-    # Random ranking draws its order at consolidation (core.scores.select_top with the seeded rng): no score.
-    return None
 
 
 @dataclass
 class SkillScore:
-    """Scores of one candidate; ``note`` says why a score is None (machine-readable, ``;``-separated)."""
+    """Scores of one candidate, one per registered selector score (``core.selectors.score_names``); ``note``
+    says why a score is None (machine-readable, ``;``-separated)."""
 
     skill_id: str
-    strength: float | None
-    utility: float | None
-    contrast: float | None
+    values: dict[str, float | None]
     n_heldout: int
     shifts: dict[str, float]
     note: str = ""
 
+    @property
+    def strength(self) -> float | None:
+        return self.values.get("strength")
+
+    @property
+    def utility(self) -> float | None:
+        return self.values.get("utility")
+
+    @property
+    def contrast(self) -> float | None:
+        return self.values.get("contrast")
+
     def as_record(self) -> dict[str, float | int | str | None]:
-        return {"strength": self.strength, "utility": self.utility, "contrast": self.contrast,
-                "n_heldout": self.n_heldout, "note": self.note or None}
+        return {**self.values, "n_heldout": self.n_heldout, "note": self.note or None}
 
 
 def _scorable(t: Trajectory) -> bool:
@@ -196,10 +155,9 @@ def summarize(skill_id: str, heldout: Sequence[Trajectory], shifts: Sequence[flo
         notes.append("no_heldout")
     advantages = [float(r.advantage) for r in heldout]
     successes = [bool(r.success) for r in heldout]
-    values = {name: get_selector(name)(shifts, advantages, successes) for name in ("strength", "utility",
-                                                                                   "contrast")}
-    if heldout and values["contrast"] is None:
+    values = compute_scores(shifts, advantages, successes)
+    if heldout and "contrast" in values and values["contrast"] is None:
         has_pos = any(successes)
         notes.append("contrast_undefined:" + ("no_failure_heldout" if has_pos else "no_success_heldout"))
-    return SkillScore(skill_id, values["strength"], values["utility"], values["contrast"], len(heldout),
-                      {r.traj_id: v for r, v in zip(heldout, shifts)}, ";".join(notes))
+    return SkillScore(skill_id, values, len(heldout), {r.traj_id: v for r, v in zip(heldout, shifts)},
+                      ";".join(notes))

@@ -1,4 +1,4 @@
-"""Strength, Utility and Contrast from the OPD teacher pass (``heldout="teacher"``, the default estimator).
+"""Strength (and every other registered score) from the OPD teacher pass (``heldout="teacher"``, the default estimator).
 
 The teacher pass already computes log p(y_r | context_r + L) for every trajectory r whose teacher context is
 the Local skill L, and the trainer already holds r's base log-probs log p(y_r | context_r) (the rollout's old
@@ -218,8 +218,7 @@ def score_from_plan(skills: Sequence[Skill], trajectories: Sequence[Trajectory],
             results[sid].note = ";".join(n for n in results[sid].note.split(";") if n != "no_heldout")
     for sid, rep in plan.alias.items():
         src = results[rep]
-        results[sid] = SkillScore(sid, src.strength, src.utility, src.contrast, src.n_heldout, dict(src.shifts),
-                                  f"near_duplicate_of:{rep}")
+        results[sid] = SkillScore(sid, dict(src.values), src.n_heldout, dict(src.shifts), f"near_duplicate_of:{rep}")
     return results
 
 

@@ -16,7 +16,7 @@ def test_paper_defaults():
 @pytest.mark.parametrize("field,value,needle", [
     ("keep_ratio", 1.5, "keep_ratio=1.5 is invalid: expected a number in (0, 1]"),
     ("keep_ratio", 0, "keep_ratio=0 is invalid: expected a number in (0, 1]"),
-    ("selector", "best", "selector='best' is invalid: allowed values are strength, utility, contrast, random"),
+    ("selector", "best", "selector='best' is invalid: allowed values are contrast, random, strength, utility"),
     ("consolidation_interval", 0, "consolidation_interval=0 is invalid: expected an integer >= 1"),
     ("consolidation_interval", 2.5, "consolidation_interval=2.5 is invalid: expected an integer >= 1"),
     ("opd_coef", -0.1, "opd_coef=-0.1 is invalid: expected a number >= 0"),

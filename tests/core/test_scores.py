@@ -64,13 +64,13 @@ def test_select_top_keeps_ceil_ratio_by_score_with_id_tiebreak():
 def test_select_top_random_is_seeded_and_ignores_scores():
     ids = [f"s{i}" for i in range(10)]
     scores = list(range(10))
-    a = select_top(ids, scores, 0.5, rng=random.Random(7), selector="random")
-    b = select_top(list(reversed(ids)), list(reversed(scores)), 0.5, rng=random.Random(7), selector="random")
+    a = select_top(ids, scores, 0.5, rng=random.Random(7), shuffle=True)
+    b = select_top(list(reversed(ids)), list(reversed(scores)), 0.5, rng=random.Random(7), shuffle=True)
     assert a == b
     strength_kept, _ = select_top(ids, scores, 0.5)
     assert strength_kept == ["s9", "s8", "s7", "s6", "s5"]
     with pytest.raises(ValueError, match="rng"):
-        select_top(ids, scores, 0.5, selector="random")
+        select_top(ids, scores, 0.5, shuffle=True)
 
 
 def test_select_top_edge_cases():

@@ -96,12 +96,12 @@ def test_newer_schema_is_refused_and_a_renamed_column_is_named(tmp_path):
         with pytest.raises(BankError, match="schema version 99, newer than this skillduet reads"):
             SkillBank(path, readonly=readonly).candidates()
     conn = sqlite3.connect(str(path))
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    conn.execute("ALTER TABLE candidates RENAME COLUMN strength TO strength_v2")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(bank_files.SCHEMA_VERSION),))
+    conn.execute("ALTER TABLE candidates RENAME COLUMN score_note TO score_note_v2")
     conn.commit()
     conn.close()
     for readonly in (False, True):
-        with pytest.raises(BankError, match=f"{path}.*candidates lacks column.*strength"):
+        with pytest.raises(BankError, match=f"{path}.*candidates lacks column.*score_note"):
             SkillBank(path, readonly=readonly).candidates()
 
 
@@ -110,21 +110,21 @@ def test_an_older_schema_is_migrated_in_place(tmp_path, monkeypatch):
     _filled(path).close()
     calls = []
 
-    def to_v2(conn):
+    def to_v3(conn):
         calls.append(1)
         conn.execute("CREATE INDEX IF NOT EXISTS candidates_step ON candidates (step)")
 
-    monkeypatch.setattr(bank_files, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(bank_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(bank_files.MIGRATIONS, 1, to_v2)
+    monkeypatch.setattr(bank_files, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(bank_module, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(bank_files.MIGRATIONS, 2, to_v3)
     bank = SkillBank(path)
-    assert calls == [1] and bank.get_meta("schema_version") == "2" and _state(bank) == (40, [1])
+    assert calls == [1] and bank.get_meta("schema_version") == "3" and _state(bank) == (40, [1])
     bank.close()
     SkillBank(path).close()
     assert calls == [1]  # once
-    monkeypatch.setattr(bank_files, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(bank_module, "SCHEMA_VERSION", 3)
-    with pytest.raises(BankError, match="schema version 2 and no migration to 3"):
+    monkeypatch.setattr(bank_files, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(bank_module, "SCHEMA_VERSION", 4)
+    with pytest.raises(BankError, match="schema version 3 and no migration to 4"):
         SkillBank(path).candidates()
 
 
@@ -159,3 +159,76 @@ def test_skills_cli_answers_one_line_for_a_bad_file(tmp_path, capsys, action):
             assert code == 2 and len(err.splitlines()) == 1 and str(path) in err and "Traceback" not in err
         else:
             assert code in (0, 2) and "Traceback" not in err  # an empty file reads as an empty bank
+
+
+# The candidates table of schema version 1 (one REAL column per built-in selector), as older releases wrote it.
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE candidates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    skill_id TEXT NOT NULL, scope TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+    step INTEGER NOT NULL, source_traj_ids TEXT NOT NULL, metadata TEXT NOT NULL,
+    strength REAL, utility REAL, contrast REAL, n_heldout INTEGER, score_note TEXT, scored_step INTEGER,
+    created_at REAL NOT NULL,
+    UNIQUE (skill_id, step));
+CREATE TABLE global_versions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    scope TEXT NOT NULL, version INTEGER NOT NULL, step INTEGER NOT NULL, parent_version INTEGER,
+    items TEXT NOT NULL, text TEXT NOT NULL, selector TEXT NOT NULL, report TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (scope, version));
+CREATE TABLE consolidations (step INTEGER PRIMARY KEY, scopes TEXT NOT NULL, created_at REAL NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO candidates (skill_id, scope, kind, text, step, source_traj_ids, metadata, strength, utility, contrast,
+                        n_heldout, score_note, scored_step, created_at)
+    VALUES ('a1', 'clean', 'shared', 'Open the drawer first.', 3, '[]', '{}', 0.25, -0.5, NULL, 4, NULL, 3, 0),
+           ('b2', 'clean', 'shared', 'Rinse the knife.', 3, '[]', '{}', NULL, NULL, NULL, 0, 'no_heldout', 3, 0);
+INSERT INTO global_versions (scope, version, step, parent_version, items, text, selector, report, created_at)
+    VALUES ('clean', 1, 3, NULL, '["Open the drawer first."]', '- Open the drawer first.', 'strength', '{}', 0);
+INSERT INTO consolidations VALUES (3, '["clean"]', 0);
+"""
+V1_SCORES = {"a1": {"strength": 0.25, "utility": -0.5, "contrast": None},
+             "b2": {"strength": None, "utility": None, "contrast": None}}
+
+
+def _v1_bank(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(folder / BANK_FILENAME))
+    conn.executescript(V1_SCHEMA)
+    conn.close()
+    return folder / BANK_FILENAME
+
+
+def _scores(bank):
+    return {s.skill_id: s.scores for s in bank.candidates()}
+
+
+def test_a_version_1_bank_is_read_as_it_is_and_migrated_when_opened_for_writing(tmp_path):
+    path = _v1_bank(tmp_path / "old")
+    reader = SkillBank(path, readonly=True)
+    assert _scores(reader) == V1_SCORES and [v.version for v in reader.history()] == [1]
+    reader.close()
+    assert bank_files.stored_version(sqlite3.connect(str(path))) == 1  # a reader never writes
+    bank = SkillBank(path)
+    assert bank.get_meta("schema_version") == str(bank_files.SCHEMA_VERSION) and _scores(bank) == V1_SCORES
+    columns = {r[1] for r in bank._connect().execute("PRAGMA table_info(candidates)")}
+    assert "scores" in columns and not columns & set(bank_files.V1_SCORE_COLUMNS)
+    bank.record_scores({"b2": {"strength": 0.125, "utility": 0.0, "contrast": None, "n_heldout": 2}}, step=3)
+    assert _scores(bank)["b2"] == {"strength": 0.125, "utility": 0.0, "contrast": None}
+
+
+def test_a_version_1_snapshot_still_restores(tmp_path):
+    snapshot = _v1_bank(tmp_path / "checkpoint-3" / "skillduet")
+    bank = _filled(tmp_path / "live" / BANK_FILENAME)
+    bank.restore(snapshot.parent)
+    assert _scores(bank) == V1_SCORES and [v.version for v in bank.history()] == [1]
+    assert bank.get_meta("schema_version") == str(bank_files.SCHEMA_VERSION)
+    bank.record_scores({"a1": {"strength": 1.0, "n_heldout": 1}}, step=3)  # the restored bank is writable as v2
+    assert _scores(bank)["a1"]["strength"] == 1.0
+    bank.close()
+    fresh = SkillBank(tmp_path / "fresh" / BANK_FILENAME)  # the damaged-live-bank path replaces the file
+    fresh.close()
+    (tmp_path / "fresh" / BANK_FILENAME).write_bytes(b"garbage" * 100)
+    fresh = SkillBank(tmp_path / "fresh" / BANK_FILENAME)
+    fresh.restore(snapshot.parent)
+    assert _scores(fresh) == V1_SCORES and fresh.get_meta("schema_version") == str(bank_files.SCHEMA_VERSION)

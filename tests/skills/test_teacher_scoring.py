@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skillduet_plugin.config import SELECTORS
-from skillduet_plugin.skills.scoring import get_selector, register_selector, registered_selectors
+from skillduet_plugin.core.selectors import SELECTORS, get_selector, register_selector, score_names
 from skillduet_plugin.skills.teacher_scoring import (paid_logprobs, plan_scoring, score_from_plan,
                                                      score_teacher_pass)
 from skillduet_plugin.skills.types import Skill
@@ -121,12 +120,15 @@ def test_zero_budget_leaves_candidates_unscored_with_the_reason():
     assert {sc.note.split(":")[0] for sc in scores.values()} == {"budget", "near_duplicate_of"}
 
 
-def test_selector_registry_matches_the_config_and_names_the_registered_ones():
-    assert set(registered_selectors()) == set(SELECTORS)
-    assert get_selector("strength")([0.5, -0.25], [1.0, 1.0], [True, False]) == pytest.approx(0.375)
-    assert get_selector("contrast")([0.5, -0.25], [1.0, 1.0], [True, False]) == pytest.approx(0.75)
-    assert get_selector("random")([0.5], [1.0], [True]) is None
-    with pytest.raises(KeyError, match="registered selectors are contrast, random, strength, utility"):
+def test_selector_registry_declares_the_scores_and_names_the_registered_ones():
+    assert SELECTORS.names() == ["contrast", "random", "strength", "utility"]
+    assert score_names() == ["contrast", "strength", "utility"]  # random ranks by a shuffle: no score of its own
+    assert get_selector("strength").compute([0.5, -0.25], [1.0, 1.0], [True, False]) == pytest.approx(0.375)
+    assert get_selector("contrast").compute([0.5, -0.25], [1.0, 1.0], [True, False]) == pytest.approx(0.75)
+    random_selector = get_selector("random")
+    assert (random_selector.compute, random_selector.shuffle, random_selector.score) == (None, True, "strength")
+    with pytest.raises(KeyError, match="selector='strenght' is invalid: registered selectors are contrast, random, "
+                                       "strength, utility"):
         get_selector("strenght")
     with pytest.raises(ValueError, match="already registered"):
         register_selector("strength")(lambda s, a, ok: 0.0)

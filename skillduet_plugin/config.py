@@ -96,6 +96,17 @@ class SkillDuetConfig:
         """True for the baseline configuration (no OPD, no Global, no extraction)."""
         return self.opd_coef == 0 and not self.use_global and not self.extract_local
 
+    @property
+    def needs_teacher_pass(self) -> bool:
+        """True when a step computes teacher log-probs (OPD is on; ``skills.teacher_plan`` says for which rows)."""
+        return self.opd_coef > 0
+
+    @property
+    def scores_from_teacher_pass(self) -> bool:
+        """True when Strength reads the rows of the teacher pass (``heldout="teacher"`` with a teacher pass);
+        otherwise every scoring row is a forward of its own (``skills.teacher_scoring``, ``skills.scoring``)."""
+        return self.heldout == "teacher" and self.needs_teacher_pass
+
     # ------------------------------------------------------------------ loading / saving
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "SkillDuetConfig":

@@ -99,7 +99,7 @@ def test_a_4000_character_word_still_yields_a_teacher_section(tmp_path, tiny_tok
 
 def test_a_skill_that_renders_to_no_section_is_not_supervised(tiny_tokenizer, tmp_path):
     # Issue 13 case 2: such a row counted as supervised with teacher prompt = student prompt.
-    from skillduet_plugin.integrations.verl.teacher import plan_teacher_batch
+    from skillduet_plugin.skills.teacher_plan import plan_teacher
     from skillduet_plugin.skills.types import ExtractionResult
 
     lc = _lifecycle(tmp_path, tiny_tokenizer, FakeBackend(), FakeBackend())
@@ -109,8 +109,8 @@ def test_a_skill_that_renders_to_no_section_is_not_supervised(tiny_tokenizer, tm
     empty = Skill(text="<|im_end|>", scope="clean", kind="shared")  # a row written before hygiene existed
     result = ExtractionResult(skills=[good, empty], assignment={trajs[0].traj_id: good.skill_id,
                                                                 trajs[1].traj_id: empty.skill_id})
-    plan = plan_teacher_batch([t.prompt_ids for t in trajs], [t.completion_ids for t in trajs],
-                              list(enumerate(trajs)), result, lc, chat)
+    plan = plan_teacher([t.prompt_ids for t in trajs], [t.completion_ids for t in trajs],
+                        list(enumerate(trajs)), result, lc, chat)
     assert plan.has_skill == [True, False]
     assert plan.contexts[1] == trajs[1].prompt_ids
 

@@ -18,8 +18,8 @@ from skillduet_plugin.integrations.verl.batch import build_trajectories, tensor_
 from skillduet_plugin.integrations.verl.groups import GroupPrefetch  # noqa: E402
 from skillduet_plugin.integrations.verl.server_logprobs import BackgroundLoop  # noqa: E402
 from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY  # noqa: E402
-from skillduet_plugin.integrations.verl.teacher import (logprob_batch, plan_teacher_batch,  # noqa: E402
-                                                        split_response_logprobs)
+from skillduet_plugin.integrations.verl.teacher import logprob_batch, split_response_logprobs  # noqa: E402
+from skillduet_plugin.skills.teacher_plan import plan_teacher  # noqa: E402
 from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
 from skillduet_plugin.envs.toy import toy_initial_messages  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_teacher_plan_same_response_skill_only_in_teacher_and_task_intact(tiny_t
     long_skill = " ".join(["- Correction: open the box before taking the key."] * 40)  # a long Local skill
     lifecycle = FakeLifecycle(skill_rows={0, 2}, skill_text=long_skill)
     extraction = lifecycle.extract([t for _, t in trajs], 4)
-    plan = plan_teacher_batch(prompts, responses, trajs, extraction, lifecycle, chat)
+    plan = plan_teacher(prompts, responses, trajs, extraction, lifecycle, chat)
     assert plan.has_skill == [True, False, True, False]
     for i in range(4):
         assert plan.responses[i] == responses[i].tolist()  # the same response tokens, always
@@ -222,7 +222,7 @@ def test_real_lifecycle_teacher_prompt_is_student_prompt_plus_one_span(tiny_toke
                                responses[:3], masks[:3], old[:3], step=1)
     skill = Skill(text="- Correction: open the box before taking the key.", scope="fetch", kind="correction")
     extraction = ExtractionResult(skills=[skill], assignment={"k0": skill.skill_id})
-    plan = plan_teacher_batch(prompts[:3], responses[:3], trajs, extraction, lifecycle, chat)
+    plan = plan_teacher(prompts[:3], responses[:3], trajs, extraction, lifecycle, chat)
     student, teacher = prompts[0].tolist(), plan.contexts[0]
     head = next(i for i, (a, b) in enumerate(zip(student, teacher)) if a != b)
     tail = len(student) - head
@@ -428,3 +428,4 @@ def test_a_group_without_trajectories_is_left_to_the_batch(monkeypatch, tiny_tok
     buffer._sync_metadata_from_transfer_queue()
     trainer._on_rollout_poll(buffer)
     assert trainer._groups.work == {} and "failed" not in caplog.text
+

@@ -33,6 +33,7 @@ from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import left_pad, lean_teacher_logps, trl_teacher_logps
 from skillduet_plugin.rollout.collector import to_trajectory
 from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
 
 
@@ -141,41 +142,29 @@ class SkillDuetMixin:
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         cfg = self.skillduet
-        if self.lifecycle is None or (not cfg.extract_local and cfg.opd_coef == 0):
+        if self.lifecycle is None or not cfg.extract_local:
             return output
         batch = output["completion_ids"].shape[0]
         device = output["completion_ids"].device
-        has_skill = torch.zeros(batch, dtype=torch.float32, device=device)
-        teacher_prompts = [list(ep.tokens.prompt_ids) for ep in self._episodes]
         # Skills made from validation rollouts never enter training: extraction and scoring run in train mode only.
-        local_skills: list[Skill | None] = [None] * batch
         trajs: list[Trajectory] = []
-        if mode == "train" and cfg.extract_local:
+        result = ExtractionResult()
+        if mode == "train":
             step = self.state.global_step + 1
             trajs = self._trajectories(output, step)
             result = self._extract(trajs, step)
-            for i, traj in enumerate(trajs):
-                skill = result.skill_for(traj.traj_id)
-                if skill is None or self._episodes[i].error is not None:
-                    continue
-                ep = self._episodes[i]
-                messages = self.lifecycle.teacher_messages(ep.prompt_messages, task=ep.task, scope=ep.scope,
-                                                           local_skill=skill, **_pinned(ep.global_version))
-                ids = self.chat.prompt_ids(messages)
-                if list(ids) == list(teacher_prompts[i]):  # no Local section rendered: teacher = student
-                    continue
-                local_skills[i] = skill
-                traj.local_skill_id = skill.skill_id
-                teacher_prompts[i] = ids
-                has_skill[i] = 1.0
+        plan = self._teacher_plan(trajs, result)  # in eval: no trajectories, every row keeps its student prompt
+        has_skill = torch.tensor(plan.has_skill, dtype=torch.float32, device=device)
+        if mode == "train":
             if cfg.use_global:
                 self._score(result.skills, trajs, result.assignment)
-                if self._scores_from_loss():
+                if cfg.scores_from_teacher_pass:
                     self._deferred.row_traj_ids = [t.traj_id for t in trajs]
                     output["skillduet_row"] = torch.arange(batch, device=device)
             self._log_skill_metrics(mode, result, has_skill)
-        self.last_rollout.update(trajectories=trajs, local_skills=local_skills, teacher_prompt_ids=teacher_prompts)
-        if cfg.opd_coef > 0:
+        teacher_prompts = plan.contexts
+        self.last_rollout.update(trajectories=trajs, local_skills=plan.skills, teacher_prompt_ids=teacher_prompts)
+        if cfg.needs_teacher_pass:
             mask = output["completion_mask"].float()
             if "tool_mask" in output:
                 mask = mask * output["tool_mask"].float()
@@ -193,14 +182,20 @@ class SkillDuetMixin:
                     needed=output["opd_mask"])
         return output
 
+    def _teacher_plan(self, trajs: list[Trajectory], extraction: ExtractionResult) -> TeacherPlan:
+        """The teacher context of each of this process's rows (``skills.teacher_plan``, as on verl)."""
+        return plan_teacher([ep.tokens.prompt_ids for ep in self._episodes],
+                            [ep.tokens.completion_ids for ep in self._episodes], list(enumerate(trajs)), extraction,
+                            self.lifecycle, self.chat)
+
     def _trajectories(self, output: dict[str, Any], step: int) -> list[Trajectory]:
         """This process's rows as trajectories, with their advantages and base log-probs when scoring needs them."""
         advantages = output["advantages"]
         if advantages.dim() > 1:
             advantages = advantages.mean(dim=1)
         base: Sequence[Sequence[float] | None] = [None] * len(self._episodes)
-        if self.skillduet.use_global and (not self._scores_from_loss() or output.get("old_per_token_logps")
-                                          is not None):
+        if self.skillduet.use_global and (not self.skillduet.scores_from_teacher_pass
+                                          or output.get("old_per_token_logps") is not None):
             base = self._base_logps(output)
         offset = self.accelerator.process_index * len(self._episodes)
         return [to_trajectory(ep, step=step, traj_id=f"{step}-{ep.task_id}-{offset + i}",
@@ -231,10 +226,6 @@ class SkillDuetMixin:
             broadcast_object_list(holder, from_process=0)
         return holder[0]
 
-    def _scores_from_loss(self) -> bool:
-        """True when Strength reads the OPD teacher pass and TRL's loss forward (``heldout="teacher"``)."""
-        return self.skillduet.heldout == "teacher" and self.skillduet.opd_coef > 0
-
     def _score(self, skills: Sequence[Skill], trajs: list[Trajectory], assignment: dict[str, str]) -> None:
         """Score the new skills with the rollout weights (main process). ``heldout="teacher"`` with OPD on: only
         the budgeted extra forwards run now, the rest comes from the loss forwards (``integrations.trl.scoring``);
@@ -245,7 +236,7 @@ class SkillDuetMixin:
         was_training = model.training
         model.eval()
         try:
-            if self._scores_from_loss():
+            if self.skillduet.scores_from_teacher_pass:  # the rest comes from TRL's loss forwards
                 from skillduet_plugin.skills.teacher_scoring import paid_logprobs
 
                 plan = self.lifecycle.plan_scores(skills, self._step_trajectories, assignment)
@@ -258,7 +249,7 @@ class SkillDuetMixin:
 
     def _finish_scores(self) -> None:
         """Score the pending plans from the captured rows (all processes' rows gathered to the main one)."""
-        if not self._scores_from_loss():
+        if not self.skillduet.scores_from_teacher_pass:
             return
         gather = None
         if self.accelerator.num_processes > 1:
@@ -416,9 +407,3 @@ class SkillDuetMixin:
 
 class SkillDuetGRPOTrainer(SkillDuetMixin, GRPOTrainer):
     """TRL's GRPOTrainer with SkillDuet (see :class:`SkillDuetMixin` for the added arguments)."""
-
-
-def _pinned(global_version: int | None) -> dict[str, int]:
-    # The teacher sees the Global version the student rolled out with, even if the bank moved on since.
-    return {} if global_version is None else {"global_version": global_version}
-

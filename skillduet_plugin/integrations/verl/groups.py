@@ -125,16 +125,16 @@ def start_groups(task_ids: Sequence[str], keys: Sequence[str], data: Any, *, lif
     """
     from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list, skillduet_record,
                                                           tensor_rows)
-    from skillduet_plugin.integrations.verl.teacher import plan_teacher_batch
+    from skillduet_plugin.skills.teacher_plan import plan_teacher
 
     prompts, responses = tensor_rows(data["prompts"]), tensor_rows(data["responses"])
     masks = tensor_rows(data["response_mask"])
     records = [skillduet_record(x) for x in non_tensor_list(data["extra_fields"])]
     trajectories = build_trajectories(list(keys), records, prompts, responses, masks, None, step=step)
     part = lifecycle.analyze([t for _, t in trajectories], step)
-    plan = plan_teacher_batch([p.tolist() for p in prompts], [r.tolist() for r in responses], trajectories, part[0],
-                              lifecycle, chat)
-    rows = [i for i, ok in enumerate(plan.has_skill) if ok]
+    plan = plan_teacher([p.tolist() for p in prompts], [r.tolist() for r in responses], trajectories, part[0],
+                        lifecycle, chat)
+    rows = plan.rows
     work = GroupWork(tuple(task_ids), frozenset(keys), part,
                      {keys[i]: (plan.contexts[i], plan.responses[i]) for i in rows})
     if rows:

@@ -1,65 +1,18 @@
 """Teacher batches for OPD and Strength scoring, run through verl's actor workers.
 
-A teacher row is the trajectory's skill-free first prompt with its Local skill inserted at message level by the
-lifecycle (``teacher_messages``), re-rendered with the chat template, followed by the *same* response tokens the
-policy produced (observations included, masked later). The task text is never cut: the lifecycle budgets only
-the skill. Rows go to ``actor_rollout_wg.compute_log_prob`` as a nested TensorDict (verl V1's layout), so the
+The rows come from the step's teacher plan (``skills.teacher_plan``: the skill-free first prompt with the Local
+skill inserted, followed by the *same* response tokens the policy produced, observations included, masked
+later). Rows go to ``actor_rollout_wg.compute_log_prob`` as a nested TensorDict (verl V1's layout), so the
 teacher is the current actor weights (theta_old) under the longer prompt.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
 from skillduet_plugin.integrations.verl.batch import nested
-from skillduet_plugin.skills.types import ExtractionResult, Trajectory
-
-
-@dataclass
-class TeacherPlan:
-    """One teacher context per batch row; rows without a Local skill reuse the student prompt and are masked."""
-
-    contexts: list[list[int]]
-    responses: list[list[int]]
-    has_skill: list[bool]
-
-    @property
-    def num_supervised(self) -> int:
-        return sum(self.has_skill)
-
-
-def plan_teacher_batch(student_prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                       trajectories: Sequence[tuple[int, Trajectory]], extraction: ExtractionResult,
-                       lifecycle: Any, chat: Any) -> TeacherPlan:
-    """Teacher context of every row of a batch.
-
-    Args:
-        student_prompts / responses: token ids per row, as rolled out.
-        trajectories: ``(row, Trajectory)`` of the rows that came from the ``skillduet_agent`` loop.
-        extraction: this step's Local skills; ``extraction.skill_for(traj_id)`` is a row's teacher skill.
-        lifecycle: ``SkillLifecycle`` (its ``teacher_messages`` inserts the Local skill at message level).
-        chat: ``ChatTokenizer`` of the policy.
-    """
-    if len(student_prompts) != len(responses):
-        raise ValueError(f"{len(student_prompts)} prompts but {len(responses)} responses")
-    contexts = [list(map(int, p)) for p in student_prompts]
-    has_skill = [False] * len(contexts)
-    for row, traj in trajectories:
-        skill = extraction.skill_for(traj.traj_id)
-        if skill is None or not traj.prompt_messages:
-            continue
-        # the Global version that was in the rollout prompt, so teacher = student prompt + Local skill
-        messages = lifecycle.teacher_messages(traj.prompt_messages, task=traj.task, scope=traj.scope,
-                                              local_skill=skill, global_version=traj.global_version)
-        ids = list(chat.prompt_ids(messages))
-        if ids == contexts[row]:  # the skill rendered to no section: teacher = student would distil nothing
-            continue
-        contexts[row] = ids
-        has_skill[row] = True
-    return TeacherPlan(contexts=contexts, responses=[list(map(int, r)) for r in responses], has_skill=has_skill)
 
 
 def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
@@ -129,5 +82,4 @@ def compute_response_logprobs(worker_group: Any, contexts: Sequence[Sequence[int
     return out
 
 
-__all__ = ["TeacherPlan", "compute_response_logprobs", "logprob_batch", "plan_teacher_batch",
-           "split_response_logprobs"]
+__all__ = ["compute_response_logprobs", "logprob_batch", "split_response_logprobs"]

@@ -43,7 +43,8 @@ from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, 
                                                                 opd_loss_gap, server_response_logprobs, strength_gap)
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
-from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
+from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs
+from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
 from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class SkillDuetTrainer(PPOTrainerSync):
     def _prefetching(self) -> bool:
         """Teacher prefills per task group as soon as it is complete: only with the rollout servers as teacher."""
         method = self.skillduet.method
-        return self.skillduet.teacher_logprobs != "actor" and method.extract_local and method.opd_coef > 0
+        return self.skillduet.teacher_logprobs != "actor" and method.needs_teacher_pass
 
     def _submit_batch_to_rollout(self, batch: Any) -> int:
         if self._prefetching():
@@ -269,15 +270,18 @@ class SkillDuetTrainer(PPOTrainerSync):
         metrics["skillduet/trajectories"] = len(self._trajectories)
         versions = [t.global_version for _, t in self._trajectories if t.global_version is not None]
         metrics["skillduet/rollout_global_version"] = max(versions) if versions else -1  # newest in the prompts
-        if method.opd_coef > 0:
+        if method.needs_teacher_pass:
             with self._timer("skillduet_teacher"):
                 batch = self._put_teacher_logprobs(batch, prompts, responses, masks, metrics)
         return batch
 
+    def _teacher_plan(self, prompts, responses) -> TeacherPlan:
+        """The teacher context of every row of the batch (``skills.teacher_plan``, as on TRL)."""
+        return plan_teacher(prompts, responses, self._trajectories, self._extraction, self.lifecycle, self.chat)
+
     def _put_teacher_logprobs(self, batch, prompts, responses, masks, metrics) -> Any:
-        plan = plan_teacher_batch(prompts, responses, self._trajectories, self._extraction, self.lifecycle,
-                                  self.chat)
-        rows = [i for i, ok in enumerate(plan.has_skill) if ok]
+        plan = self._teacher_plan(prompts, responses)
+        rows = plan.rows
         teacher = [torch.zeros(len(r), dtype=torch.float32) for r in plan.responses]
         reference = list(teacher)  # teacher_logprobs=compare: the actor's teacher rows
         compare = self.skillduet.teacher_logprobs == "compare"

@@ -61,6 +61,15 @@ def test_episode_tokens_masks_and_global(tiny_tokenizer):
     assert out.extra_fields["skill_text"] == GLOBAL_TEXT
 
 
+def test_group_index_is_the_session_of_the_sample_in_its_group(tiny_tokenizer):
+    chat = ChatTokenizer(tiny_tokenizer)
+    turns = [chat.encode(f"<action>{a}</action>") + [chat.eos_token_id] for a in ("open box", "take key")]
+    indices = [_run(tiny_tokenizer, list(turns), session_id=k)[0].extra_fields["skillduet"]["group_index"]
+               for k in (0, 2)]
+    assert indices == [0, 2]  # verl V1 passes each of a prompt's rollout.n samples its session id
+    assert _run(tiny_tokenizer, list(turns))[0].extra_fields["skillduet"]["group_index"] == 0  # no session: the first
+
+
 def test_truncated_turn_gets_a_masked_eos_and_invalid_actions_are_penalised(tiny_tokenizer):
     chat = ChatTokenizer(tiny_tokenizer)
     rambling = chat.encode("<think>hmm</think> I am not sure")  # no eos, no action: cut and invalid

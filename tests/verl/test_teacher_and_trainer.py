@@ -429,3 +429,29 @@ def test_a_group_without_trajectories_is_left_to_the_batch(monkeypatch, tiny_tok
     trainer._on_rollout_poll(buffer)
     assert trainer._groups.work == {} and "failed" not in caplog.text
 
+
+def test_a_fresh_start_refuses_a_lost_bank_next_to_its_checkpoints(monkeypatch, tiny_tokenizer, tmp_path):
+    """As on TRL: the bank file is gone but checkpoints hold snapshots of it, so starting a new bank would pair
+    the history with an empty Global; verl's fresh start (no checkpoint loaded) stops with the fix instead."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from skillduet_plugin.skills.bank import BankError
+    from skillduet_plugin.skills.types import Skill
+
+    def fresh_start(self):
+        self.global_steps = 0
+
+    monkeypatch.setattr(PPOTrainer, "_load_checkpoint", fresh_start)
+    first = _trainer(monkeypatch, tiny_tokenizer, tmp_path, None)
+    first._load_checkpoint()  # no history yet: a new bank
+    first.lifecycle.bank.add_candidates([Skill(text="Open the box first.", scope="fetch", kind="shared")], 1)
+    first._snapshot_skill_bank(str(tmp_path / "global_step_10"), end_step_done=True)
+    first.lifecycle.close()
+    bank_path = first.skillduet.resolved_bank_path(str(tmp_path))
+    again = _trainer(monkeypatch, tiny_tokenizer, tmp_path, None)
+    again._load_checkpoint()  # the bank is still there: the run goes on with it
+    again.lifecycle.close()
+    os.remove(bank_path)
+    lost = _trainer(monkeypatch, tiny_tokenizer, tmp_path, None)
+    with pytest.raises(BankError, match="is missing or empty, but 1 snapshot.*global_step_10"):
+        lost._load_checkpoint()

@@ -134,15 +134,17 @@ class SkillDuetAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task_id, split = _sample_task(kwargs)
+        # verl V1 runs a prompt's rollout.n samples as sessions 0..n-1 of its group (the episode's group_index)
+        group_index = int(kwargs.get("session_id") or 0)
         key, env = await self._call(ENV_CACHE.acquire, self.env_settings, split)
         try:
             return await self._play(env, task_id, split, dict(sampling_params),
-                                    batch_step=kwargs.get("global_steps"))
+                                    batch_step=kwargs.get("global_steps"), group_index=group_index)
         finally:
             ENV_CACHE.release(key, env)
 
     async def _play(self, env: Any, task_id: str, split: str, sampling_params: dict[str, Any],
-                    batch_step: Any = None) -> AgentLoopOutput:
+                    batch_step: Any = None, group_index: int = 0) -> AgentLoopOutput:
         """Drive one :class:`~skillduet_plugin.rollout.engine.EpisodeState`: the rollout server generates each
         turn, the environment (in an executor thread) answers it."""
         timing = {"generate": 0.0, "env": 0.0}
@@ -151,7 +153,8 @@ class SkillDuetAgentLoop(AgentLoopBase):
         timing["env"] += time.perf_counter() - t0
         scope = self.engine.scope_of(task_id, info)  # config.scope: task type, task or single
         global_skills = await self.global_client.get(scope) if self.settings.method.use_global else None
-        state = await self._call(self.engine.start, task_id, obs, info, student_fn=self.student_fn(global_skills))
+        state = await self._call(self.engine.start, task_id, obs, info, student_fn=self.student_fn(global_skills),
+                                 group_index=group_index)
         request_id = uuid4().hex  # one sticky session per episode (prefix cache)
         weight_steps: list[int] = []  # global step of the weights that generated each turn
         while (request := state.next_request()) is not None:

@@ -46,6 +46,8 @@ def register_selector(name: str, *, replace: bool = False) -> Callable[[ScoreFn]
     """``@register_selector(name)`` on ``fn(shifts, advantages, successes) -> float | None``: a selector ranking by
     its own score ``name``, computed for every candidate and stored in the bank under that name."""
     def add(fn: ScoreFn) -> ScoreFn:
+        if name in SELECTORS and SELECTORS.get(name).compute is fn:
+            return fn  # the same function again (its module imported twice)
         SELECTORS.register(name, Selector(name, score=name, compute=fn), replace=replace)
         return fn
 

@@ -132,3 +132,4 @@ def test_selector_registry_declares_the_scores_and_names_the_registered_ones():
         get_selector("strenght")
     with pytest.raises(ValueError, match="already registered"):
         register_selector("strength")(lambda s, a, ok: 0.0)
+    assert register_selector("strength")(get_selector("strength").compute)  # the same function: no error

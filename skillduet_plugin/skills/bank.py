@@ -355,10 +355,11 @@ class SkillBank:
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         os.replace(tmp, self.path)
 
-    def check_not_lost(self, history_root: str | os.PathLike) -> None:
+    def check_not_lost(self, history_root: str | os.PathLike,
+                       resume: str = "`skillduet train --resume RUN_DIR`") -> None:
         """Refuse to start a new bank where history exists: this bank was missing or empty when opened, but
-        snapshots of it are under ``history_root`` (a run's checkpoints). A damaged bank raises its error here,
-        before any work, too."""
+        snapshots of it are under ``history_root`` (a run's checkpoints; ``resume``: how the trainer resumes).
+        A damaged bank raises its error here, before any work, too."""
         if not self.readonly:
             self._connect()
         if not self.created_fresh:
@@ -366,9 +367,8 @@ class SkillBank:
         found = snapshots_under(Path(history_root), BANK_FILENAME, exclude=self.path)
         if found:
             raise BankError(f"skill bank {self.path} is missing or empty, but {len(found)} snapshot(s) of it exist "
-                            f"under {history_root} (newest: {found[0]}): resume with `skillduet train --resume "
-                            f"RUN_DIR`, or copy that snapshot to {self.path}; to start over, use a new output "
-                            "folder")
+                            f"under {history_root} (newest: {found[0]}): resume with {resume}, or copy that "
+                            f"snapshot to {self.path}; to start over, use a new output folder")
 
     def rollback_to(self, step: int) -> None:
         """Forget everything made after ``step`` (for a resume from a checkpoint that has no snapshot)."""

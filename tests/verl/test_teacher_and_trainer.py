@@ -453,5 +453,6 @@ def test_a_fresh_start_refuses_a_lost_bank_next_to_its_checkpoints(monkeypatch, 
     again.lifecycle.close()
     os.remove(bank_path)
     lost = _trainer(monkeypatch, tiny_tokenizer, tmp_path, None)
-    with pytest.raises(BankError, match="is missing or empty, but 1 snapshot.*global_step_10"):
+    with pytest.raises(BankError, match="is missing or empty, but 1 snapshot.*global_step_10.*resume with "
+                                        "trainer.resume_mode=auto"):
         lost._load_checkpoint()

@@ -132,7 +132,8 @@ class SkillDuetTrainer(PPOTrainerSync):
             self._restore_skill_bank(self._resumed_folder())
         elif hasattr(getattr(self.lifecycle, "bank", None), "check_not_lost"):
             # a fresh start: a lost bank next to the checkpoints of its history is an error, not a new bank
-            self.lifecycle.bank.check_not_lost(self.config.trainer.default_local_dir)
+            self.lifecycle.bank.check_not_lost(self.config.trainer.default_local_dir,
+                                               resume="trainer.resume_mode=auto (or resume_path)")
         return result
 
     def _resumed_folder(self) -> str:

@@ -13,7 +13,7 @@ import pkgutil
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from skillduet_plugin.core.registry import Registry
+from skillduet_plugin.core.registry import Registry, resolve_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from skillduet_plugin.envs.base import TextEnv
@@ -89,17 +89,6 @@ def _discover() -> None:
 ENVS: Registry[EnvSpec] = Registry("env", "environments", discover=_discover)
 
 
-def resolve(target: str) -> Any:
-    """The object a ``"package.module:attr"`` string names."""
-    module_name, sep, attr = str(target).partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"target={target!r} is invalid: expected 'package.module:attr'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def register_env(name: str, target: str | Callable[..., Any] | None = None, *, replace_existing: bool = True,
                  **spec: Any) -> Any:
     """Register an environment.
@@ -111,7 +100,7 @@ def register_env(name: str, target: str | Callable[..., Any] | None = None, *, r
     def add(factory: Any) -> Any:
         if isinstance(factory, str):
             path = factory
-            made = EnvSpec(name=name, factory=lambda **kw: resolve(path)(**kw), target=path, **spec)
+            made = EnvSpec(name=name, factory=lambda **kw: resolve_target(path)(**kw), target=path, **spec)
         else:
             made = EnvSpec(name=name, factory=factory,
                            target=f"{factory.__module__}:{factory.__qualname__}", **spec)
@@ -135,4 +124,4 @@ def with_overrides(spec: EnvSpec, **changes: Any) -> EnvSpec:
     return replace(spec, **{k: v for k, v in changes.items() if v is not None})
 
 
-__all__ = ["ENVS", "EnvSpec", "env_names", "env_spec", "register_env", "resolve", "with_overrides"]
+__all__ = ["ENVS", "EnvSpec", "env_names", "env_spec", "register_env", "with_overrides"]

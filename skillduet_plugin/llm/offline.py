@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from skillduet_plugin.envs.registry import env_spec, resolve
+from skillduet_plugin.core.registry import resolve_target
+from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.llm import offline_merge as merge
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, PermanentError
 from skillduet_plugin.llm.config import BackendConfig
@@ -64,7 +65,7 @@ def _rules(payload: dict[str, Any]) -> OfflineRules:
         target = env_spec(env).offline_rules
     except KeyError:  # not a registered environment: the generic rules still write useful skills
         target = None
-    return resolve(target) if target else GENERIC_RULES
+    return resolve_target(target) if target else GENERIC_RULES
 
 
 def _task(payload: dict[str, Any], traj: Traj, rules: OfflineRules) -> Any:

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from skillduet_plugin.config import SkillDuetConfig, preset, read_yaml
-from skillduet_plugin.core.names import ACTION_SELECTIONS, TEACHER_AT
+from skillduet_plugin.config import METHOD_PRESETS, SkillDuetConfig, preset, read_yaml
+from skillduet_plugin.core.episode import episode_field
+from skillduet_plugin.core.names import ACTION_SELECTIONS
 from skillduet_plugin.core.settings import (ConfigError, check, check_keys, field_docs, invalid, setting,
                                             validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs.tiny_model import SIZES as TINY_SIZES
 
-METHODS = ("skillduet", "local_only", "random", "grpo")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 RUN_ACTION_SELECTIONS = ("auto",) + ACTION_SELECTIONS
@@ -108,21 +108,18 @@ class RunConfig:
     num_generations: int = setting(8, "group size G (rollouts per task)", kind="int", lo=2,
                                    fix="a GRPO group needs at least 2 rollouts per task")
     tasks_per_step: int = setting(5, "tasks per RL step", kind="int", lo=1)
-    max_turns: int = setting(8, "policy turns per episode at most", kind="int", lo=1)
-    max_new_tokens_per_turn: int = setting(32, "generated tokens per turn at most", kind="int", lo=1)
-    max_total_tokens: int = setting(2560, "prompt + completion tokens per episode at most", kind="int", lo=64)
-    invalid_action_penalty: float = setting(0.1, "reward subtracted per unparsable / inadmissible action", lo=0)
+    # The episode settings (core.episode), from the CPU demo's short episodes.
+    max_turns: int = episode_field("max_turns", 8, help="8 in the CPU demo")
+    max_new_tokens_per_turn: int = episode_field("max_new_tokens_per_turn", 32, help="32 in the CPU demo")
+    max_total_tokens: int = episode_field("max_total_tokens", 2560, help="2560 in the CPU demo", lo=64,
+                                          optional=False, fix="expected an integer >= 64")
+    invalid_action_penalty: float = episode_field("invalid_action_penalty")
     learning_rate: float = setting(3e-4, "RL learning rate", lo=0, lo_open=True)
     temperature: float = setting(1.0, "rollout sampling temperature", lo=0, lo_open=True)
     seed: int = setting(0, "seeds training, sampling and the method", kind="int", lo=0)
-    teacher_at: str = setting("generation", "when OPD teacher log-probs are computed: once per rollout batch "
-                              "(generation) or live in every loss call (loss)", choices=TEACHER_AT)
-    action_selection: str = setting(
-        "auto", "how the policy acts each turn: generate (free generation, real runs), choose (the admissible "
-        "action whose warm-start-format response the policy scores highest; sampled in rollouts, best in "
-        "evaluations; the tiny model cannot copy long action strings; on WebShop the search page then offers "
-        "queries built from the instruction) or auto (choose for tiny models, generate otherwise)",
-        choices=RUN_ACTION_SELECTIONS)
+    teacher_at: str = episode_field("teacher_at")
+    action_selection: str = episode_field("action_selection", "auto", help="auto: choose for tiny models, generate "
+                                          "otherwise", choices=RUN_ACTION_SELECTIONS)
     skillduet: dict = setting(help="the method's settings (SkillDuetConfig keys) plus method = skillduet, "
                               "local_only, random or grpo (a preset the other keys override)",
                               default_factory=lambda: copy.deepcopy(DEMO_SKILLDUET), kind="mapping")
@@ -219,7 +216,7 @@ class RunConfig:
         """The SkillDuetConfig of this run: the ``method`` preset, then the other ``skillduet.*`` keys."""
         data = dict(self.skillduet)
         method = data.pop("method", "skillduet")
-        check("skillduet.method", method, choices=METHODS)
+        check("skillduet.method", method, choices=tuple(METHOD_PRESETS))
         if "seed" not in data:
             data["seed"] = self.seed
         try:
@@ -394,7 +391,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
 def method_rows() -> list[tuple[str, str, str]]:
     """The ``skillduet.method`` row of the settings docs (a key of the run config, not of SkillDuetConfig)."""
     return [("skillduet.method", DEMO_SKILLDUET["method"],
-             f"the preset the other skillduet.* keys override: {', '.join(METHODS)}")]
+             f"the preset the other skillduet.* keys override: {', '.join(METHOD_PRESETS)}")]
 
 
 def settings_help() -> str:

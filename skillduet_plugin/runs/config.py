@@ -17,8 +17,8 @@ from typing import Any, Mapping
 from skillduet_plugin.config import METHOD_PRESETS, SkillDuetConfig, preset, read_yaml
 from skillduet_plugin.core.episode import episode_field
 from skillduet_plugin.core.names import ACTION_SELECTIONS
-from skillduet_plugin.core.settings import (ConfigError, check, check_keys, field_docs, invalid, setting,
-                                            validate_fields)
+from skillduet_plugin.core.settings import (ConfigError, check, check_keys, check_types, field_docs, invalid,
+                                            setting, validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs.tiny_model import SIZES as TINY_SIZES
 
@@ -191,7 +191,8 @@ class RunConfig:
 
     def check_resources(self) -> None:
         """What only the machine can tell, checked when a command starts (not when a saved config is read):
-        the model folder and the data folder exist, and every ``trl.*`` key is a GRPOConfig field."""
+        the model folder and the data folder exist, and every ``trl.*`` key is a GRPOConfig field with a value of
+        that field's type."""
         if not self.is_tiny:
             check_model_folder(self.model)
         if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
@@ -201,6 +202,7 @@ class RunConfig:
             from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 
             check_keys("trl", self.trl, SkillDuetGRPOConfig)
+            check_types("trl", self.trl, SkillDuetGRPOConfig)
         if self.device == "cuda":
             import torch
 

@@ -170,8 +170,9 @@ def matches_type(value: Any, annotation: Any) -> bool:
     if origin is typing.Literal:
         return any(value == arg and type(value) is type(arg) for arg in args)
     if origin in (list, tuple, set, frozenset):
-        return isinstance(value, (list, tuple)) and (not args or origin is tuple or
-                                                      all(matches_type(item, args[0]) for item in value))
+        if not isinstance(value, (list, tuple)):
+            return False
+        return not args or origin is tuple or all(matches_type(item, args[0]) for item in value)
     if origin is not None:
         return isinstance(value, origin) if isinstance(origin, type) else True
     if annotation is bool:
@@ -269,7 +270,6 @@ def render_text(rows: Sequence[tuple[str, str, str]], width: int = 100) -> str:
     return "\n".join(out)
 
 
-
-
-__all__ = ["ConfigError", "KINDS", "check", "check_keys", "check_types", "field_docs", "matches_type", "type_text", "invalid", "invalid_error",
-           "render_markdown", "render_text", "setting", "unknown_keys_error", "validate_fields"]
+__all__ = ["ConfigError", "KINDS", "check", "check_keys", "check_types", "field_docs", "invalid", "invalid_error",
+           "matches_type", "render_markdown", "render_text", "setting", "type_text", "unknown_keys_error",
+           "validate_fields"]

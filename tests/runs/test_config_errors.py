@@ -79,9 +79,9 @@ def test_trl_values_are_type_checked_when_the_command_starts(capsys):
 
 
 def test_well_typed_trl_values_pass(capsys):
-    # Negative control: an int for a float field, an enum's value, null for an optional, a list of str.
-    rc = main(["train", "trl.max_grad_norm=1", "trl.lr_scheduler_type=cosine", "trl.max_steps=5", "trl.hub_model_id=null",
-               "trl.report_to=[none]", "trl.use_vllm=false", "--print-config"])
+    # Negative control: an int for a float field, an enum's value, null for an optional, a list of str
+    rc = main(["train", "trl.max_grad_norm=1", "trl.lr_scheduler_type=cosine", "trl.max_steps=5",
+               "trl.hub_model_id=null", "trl.report_to=[none]", "trl.use_vllm=false", "--print-config"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "max_grad_norm: 1" in out
@@ -95,5 +95,6 @@ def test_matches_type_unit():
     assert matches_type(3, float) and not matches_type(True, int) and not matches_type(3.5, int)
     assert matches_type(None, Optional[int]) and not matches_type("x", Optional[int])
     assert matches_type([1.0, 2], list[float]) and not matches_type([1.0, "a"], list[float])
+    assert not matches_type(3, list[str])
     assert matches_type("a", Literal["a", "b"]) and not matches_type("c", Literal["a", "b"])
     assert matches_type({"k": 1}, dict[str, Any]) and not matches_type([1], dict[str, Any])

@@ -20,6 +20,7 @@ from skillduet_plugin.core.names import ACTION_SELECTIONS
 from skillduet_plugin.core.settings import (ConfigError, check, check_keys, check_types, field_docs, invalid,
                                             setting, validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
+from skillduet_plugin.runs.env_defaults import TINY_TASK_TYPES, run_defaults
 from skillduet_plugin.runs.tiny_model import SIZES as TINY_SIZES
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -30,9 +31,6 @@ EXPERTS = ("search", "walkthrough")
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
 # CPU run consolidates 3 times) and small skill budgets that fit the tiny model's context.
 DEMO_SKILLDUET: dict[str, Any] = {"method": "skillduet"}  # the paper's settings: a consolidation every 10 steps
-
-#: The demo's ALFWorld task types: pick2 (two objects to find) rarely fits in its 8 turns.
-DEMO_TASK_TYPES = "pick,look,clean,heat,cool"
 
 
 @dataclass
@@ -92,8 +90,8 @@ class RunConfig:
                                    fix="expected a folder path or null")
     task_types: str | None = setting("auto", "comma-separated task types that the training games, the warm start "
                                      "and the panels are drawn from, or null for all; auto: the CPU demo's "
-                                     f"{DEMO_TASK_TYPES} on ALFWorld with a tiny model (pick2's two searches rarely "
-                                     "fit in its 8 turns), all task types otherwise",
+                                     f"{TINY_TASK_TYPES['alfworld']} on ALFWorld with a tiny model (pick2's two "
+                                     "searches rarely fit in its 8 turns), all task types otherwise",
                                      optional=True, fix="expected auto, comma-separated task types such as "
                                      "pick,look, or null for all")
     train_split: str = setting("train", "split trained on", kind="str")
@@ -234,7 +232,7 @@ class RunConfig:
     def task_type_list(self) -> list[str]:
         """``task_types`` as a list ([] for all), ``auto`` resolved by the env and the model."""
         if self.task_types == "auto":
-            return DEMO_TASK_TYPES.split(",") if self.env == "alfworld" and self.is_tiny else []
+            return TINY_TASK_TYPES[self.env].split(",") if self.is_tiny and self.env in TINY_TASK_TYPES else []
         return [t.strip() for t in (self.task_types or "").split(",") if t.strip()]
 
     @property
@@ -357,7 +355,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
 
     Sections merge key by key, except a file's ``skillduet:`` section, which replaces the demo's method
     settings (it starts from the paper defaults of its ``method`` preset). Overrides always merge. Where the
-    resulting env registers its own run defaults (``run_defaults``: ``env=webshop`` alone is the WebShop demo),
+    resulting env has run defaults (``runs.env_defaults``: ``env=webshop`` alone is the WebShop demo),
     they replace the ALFWorld ones for every key that neither the file nor an override set. With
     ``check_machine`` the model and data folders and the ``trl.*`` keys are checked too
     (:meth:`RunConfig.check_resources`), so that every mistake is reported before any work starts.
@@ -378,7 +376,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         explicit.add(tuple(key_path))
     env = data.get("env")
     if env in env_names():
-        for dotted, value in env_spec(env).run_defaults.items():
+        for dotted, value in run_defaults(env).items():
             key_path = tuple(dotted.split("."))
             if not any(key_path[:len(e)] == e for e in explicit):
                 _set_path(data, list(key_path), value, "env run default")

@@ -61,7 +61,7 @@ def demo_episodes(cache: Path) -> tuple[Path, list]:
 def padded(model, episodes, steps: int) -> list[float]:
     import torch
 
-    from skillduet_plugin.runs.warmstart import cloning_loss
+    from skillduet_plugin.runs.clone_loss import cloning_loss
 
     gen = torch.Generator().manual_seed(0)
     optim = torch.optim.AdamW(model.parameters(), lr=6e-3, weight_decay=0.0)

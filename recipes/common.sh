@@ -42,7 +42,7 @@ skillduet_env_args() {
         data.truncation=error
         skillduet.env.name=$env
         skillduet.env.max_turns=$MAX_TURNS
-        skillduet.env.max_turn_tokens=512
+        skillduet.env.max_new_tokens_per_turn=512
     )
     if [[ -n "${ENV_DATA_DIR:-}" ]]; then ENV_ARGS+=(skillduet.env.data_dir="$ENV_DATA_DIR"); fi
 }

@@ -10,15 +10,15 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
-from skillduet_plugin.core.names import OPD_AGGREGATIONS
+from skillduet_plugin.core.names import OPD_AGGREGATIONS, SCOPE_KEYS
 from skillduet_plugin.core.selectors import SELECTORS
 from skillduet_plugin.core.settings import ConfigError, check_keys, invalid, setting, validate_fields
 from skillduet_plugin.llm.config import BackendConfig
 
 HELDOUT_POLICIES = ("teacher", "same_scope", "same_scope_other_tasks", "any")
-SCOPE_KINDS = ("task_type", "task", "single")
+SCOPE_KINDS = tuple(SCOPE_KEYS)
 SKILL_POSITIONS = ("after_task", "system", "user_start")
 
 
@@ -156,20 +156,33 @@ def read_yaml(path: str | os.PathLike, what: str = "settings") -> dict[str, Any]
     return dict(data)
 
 
-def preset(name: str, **overrides: Any) -> SkillDuetConfig:
-    """Named configurations from the paper's comparisons.
+class MethodPreset(NamedTuple):
+    """A named configuration from the paper's comparisons: its label in reports and the switches it sets."""
 
-    ``skillduet`` (defaults), ``local_only`` (OPD with Local skills, no Global), ``random`` (Random selector),
+    label: str
+    settings: dict[str, Any]
+
+
+#: The method presets, declared once: :func:`preset`, ``skillduet train``'s ``skillduet.method`` and the arms of
+#: ``skillduet study`` read this table. Each spells out every switch it depends on (the others keep the paper
+#: defaults), so that a study's base config that sets one of them cannot turn an ablation back into the full method.
+METHOD_PRESETS: dict[str, MethodPreset] = {
+    "skillduet": MethodPreset("SkillDuet (Strength)", {"selector": "strength", "use_global": True,
+                                                       "extract_local": True}),
+    "local_only": MethodPreset("Local-only OPD", {"use_global": False, "extract_local": True}),
+    "random": MethodPreset("SkillDuet (Random)", {"selector": "random", "use_global": True, "extract_local": True}),
+    "grpo": MethodPreset("GRPO", {"opd_coef": 0.0, "use_global": False, "extract_local": False}),
+}
+
+
+def preset(name: str, **overrides: Any) -> SkillDuetConfig:
+    """The SkillDuetConfig of a method preset (:data:`METHOD_PRESETS`), ``overrides`` applied on top.
+
+    ``skillduet`` (paper defaults), ``local_only`` (OPD with Local skills, no Global), ``random`` (Random selector),
     ``grpo`` (plain GRPO: no extraction, no OPD, no Global).
     """
-    presets: dict[str, dict[str, Any]] = {
-        "skillduet": {},
-        "local_only": {"use_global": False},
-        "random": {"selector": "random"},
-        "grpo": {"opd_coef": 0.0, "use_global": False, "extract_local": False},
-    }
-    if name not in presets:
-        invalid("preset", name, f"allowed values are {', '.join(presets)}")
-    data = dict(presets[name])
+    if name not in METHOD_PRESETS:
+        invalid("preset", name, f"allowed values are {', '.join(METHOD_PRESETS)}")
+    data = dict(METHOD_PRESETS[name].settings)
     data.update(overrides)
     return SkillDuetConfig.from_dict(data)

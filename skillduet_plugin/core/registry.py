@@ -9,6 +9,7 @@ module that implements the thing and heavy modules are imported only when asked 
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -88,4 +89,18 @@ class Registry(Generic[T]):
                 self._discovering, self._discovered = False, True
 
 
-__all__ = ["Registry", "UnknownNameError"]
+def resolve_target(target: str, field: str = "target") -> Any:
+    """The object a ``"package.module:attr"`` string names (``attr`` may be dotted: ``module:Class.method``),
+    the one resolver of such strings (environment factories, prompt functions, verl's compatibility fixes).
+    A string of another form is one :class:`ConfigError` line naming ``field``; the import runs only here, so a
+    target's module is imported when the target is first used."""
+    module_name, sep, attr = str(target).partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{field}={target!r} is invalid: expected 'package.module:attr'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+__all__ = ["Registry", "UnknownNameError", "resolve_target"]

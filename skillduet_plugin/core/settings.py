@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import math
+import types
+import typing
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
 
 #: An unknown-key error lists the allowed keys when there are at most this many (else it names near misses).
@@ -152,6 +155,65 @@ def check_keys(section: str, data: Mapping[str, Any], known: Iterable[str] | typ
                                  known.__name__ if isinstance(known, type) else "its settings class")
 
 
+def matches_type(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` (as YAML or an override gives it) fits a field's type annotation: ``int``, ``float``
+    (an integer too), ``bool``, ``str``, unions and ``Optional``, ``Literal``, enums (a member or its value),
+    ``list[...]`` / ``dict[...]`` (the container and, for lists, the items) and plain classes. An annotation it
+    does not understand (a string, a type variable) accepts the value: the framework then judges it."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if annotation is None or annotation is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        return any(matches_type(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return any(value == arg and type(value) is type(arg) for arg in args)
+    if origin in (list, tuple, set, frozenset):
+        if not isinstance(value, (list, tuple)):
+            return False
+        return not args or origin is tuple or all(matches_type(item, args[0]) for item in value)
+    if origin is not None:
+        return isinstance(value, origin) if isinstance(origin, type) else True
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return isinstance(value, annotation) or any(value == m.value for m in annotation)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def type_text(annotation: Any) -> str:
+    """An annotation as a config error names it: ``int | None`` -> ``int or null``."""
+    if annotation is type(None) or annotation is None:
+        return "null"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(type_text(arg) for arg in args))
+    if origin is typing.Literal:
+        return " or ".join(repr(arg) for arg in args)
+    if origin is not None:
+        return getattr(origin, "__name__", str(origin))
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "one of " + ", ".join(str(m.value) for m in annotation)
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def check_types(section: str, data: Mapping[str, Any], cls: type) -> None:
+    """Every value of ``data`` (keys already checked with :func:`check_keys`) fits the annotation of the field
+    of the dataclass ``cls`` it sets; else one :class:`ConfigError` line ``section.key=value is invalid``."""
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if key in hints and not matches_type(value, hints[key]):
+            invalid(f"{section}.{key}" if section else str(key), value,
+                    f"expected {type_text(hints[key])} (the type of {cls.__name__}.{key})")
+
+
 def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """``(dotted key, default, help)`` for every field of ``cls`` with help text; a nested settings class
     (a field whose default is a dataclass instance) is expanded under its own prefix."""
@@ -208,7 +270,6 @@ def render_text(rows: Sequence[tuple[str, str, str]], width: int = 100) -> str:
     return "\n".join(out)
 
 
-
-
-__all__ = ["ConfigError", "KINDS", "check", "check_keys", "field_docs", "invalid", "invalid_error",
-           "render_markdown", "render_text", "setting", "unknown_keys_error", "validate_fields"]
+__all__ = ["ConfigError", "KINDS", "check", "check_keys", "check_types", "field_docs", "invalid", "invalid_error",
+           "matches_type", "render_markdown", "render_text", "setting", "type_text", "unknown_keys_error",
+           "validate_fields"]

@@ -9,7 +9,6 @@ instead of stopping the run.
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing as mp
 import signal
 import time
@@ -17,6 +16,8 @@ import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_connections
 from typing import Any, Callable, Sequence
+
+from skillduet_plugin.core.registry import resolve_target
 
 
 @dataclass
@@ -32,10 +33,7 @@ class StepResult:
 
 def _load_factory(target: str | Callable[..., Any]) -> Callable[..., Any]:
     """The factory itself (in process) or the one a ``"module:function"`` string names (in a spawned worker)."""
-    if callable(target):
-        return target
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return target if callable(target) else resolve_target(target, "factory")
 
 
 class _EpisodeRunner:

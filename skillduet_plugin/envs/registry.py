@@ -1,19 +1,24 @@
 """The environment registry: everything the rest of SkillDuet needs to know about one environment, by name.
 
 An environment is one package under ``envs/`` (or any module of yours) whose factory carries
-``@register_env(name, ...)``: the factory, its prompt pieces, how a response becomes an action, the offline
-analyzer's rules, its expert for the warm start and its run defaults. Nothing outside ``envs/`` tests an
-environment's name: it asks :func:`env_spec`. The built-in packages register themselves on the first lookup.
+``@register_env(name, ...)``: the factory, its prompt pieces, how a response becomes an action and its expert for
+the warm start. What other layers need from an environment they register themselves against its name (the
+offline analyzer's rules: ``llm.offline_common.register_offline_rules``; ``skillduet train``'s presets:
+``runs.env_defaults.register_run_defaults``), so that nothing here names a module above ``envs/``. Nothing outside
+``envs/`` tests an environment's name: it asks :func:`env_spec`. The built-in packages register themselves on the
+first lookup, and an installed package adds its own through the ``skillduet.envs`` entry-point group.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from skillduet_plugin.core.registry import Registry
+from skillduet_plugin.core.registry import Registry, resolve_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from skillduet_plugin.envs.base import TextEnv
@@ -37,8 +42,6 @@ class EnvSpec:
             ``envs.projection.project_action``).
         free_text_actions: actions are free text (WebShop's ``search[...]``): a response need not be one of the
             admissible strings, and ``action_selection=auto`` generates instead of choosing.
-        offline_rules: ``"module:attr"`` of the offline analyzer's rules (``pair``, ``local_procedure``,
-            ``correction``); None uses the generic rules.
         make_expert: the warm start's expert, ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``
             (``kind`` is ``warm_start.expert``); None: no warm start for this env.
         default_data_identity: ``() -> dict`` naming what ``data_dir=None`` loads (a data folder from the
@@ -46,7 +49,6 @@ class EnvSpec:
         default_panel: the evaluation split when a run names none.
         limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
         choose_kwargs: factory keywords added when the policy chooses among admissible actions (``choose`` mode).
-        run_defaults: ``skillduet train`` defaults for this env (dotted keys), used where the user set nothing.
         per_type_report: evaluation tables show a column per task type (else score and success).
         scope_order: the order of task types in reports.
         tiny_corpus: ``() -> lines`` of the environment's own text (product words, option values...) that a tiny
@@ -64,40 +66,35 @@ class EnvSpec:
     turn_message: Callable[..., str] | None = None
     project_action: Callable[..., tuple[str, bool]] | None = None
     free_text_actions: bool = False
-    offline_rules: str | None = None
     make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
     default_data_identity: Callable[[], dict[str, Any]] | None = None
     default_panel: str = "test"
     limit_keyword: str | None = None
     choose_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    run_defaults: Mapping[str, Any] = field(default_factory=dict)
     per_type_report: bool = True
     scope_order: tuple[str, ...] = ()
     tiny_corpus: Callable[[], list[str]] | None = None
     tiny_vocab_size: int = 1024
 
 
-def _discover() -> None:
-    """Import every built-in environment package (each registers itself)."""
-    import skillduet_plugin.envs as envs_pkg
+#: The entry-point group through which an installed package adds environments: each entry point names a module
+#: (imported, so that its ``@register_env`` runs) or a function (called, to register).
+ENTRY_POINT_GROUP = "skillduet.envs"
 
-    for info in pkgutil.iter_modules(envs_pkg.__path__):
+
+def _discover() -> None:
+    """Import every built-in environment package (each registers itself), then load the ``skillduet.envs``
+    entry points of installed packages."""
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if info.ispkg:
             importlib.import_module(f"skillduet_plugin.envs.{info.name}")
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        loaded = entry.load()
+        if callable(loaded):
+            loaded()
 
 
 ENVS: Registry[EnvSpec] = Registry("env", "environments", discover=_discover)
-
-
-def resolve(target: str) -> Any:
-    """The object a ``"package.module:attr"`` string names."""
-    module_name, sep, attr = str(target).partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"target={target!r} is invalid: expected 'package.module:attr'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def register_env(name: str, target: str | Callable[..., Any] | None = None, *, replace_existing: bool = True,
@@ -111,7 +108,7 @@ def register_env(name: str, target: str | Callable[..., Any] | None = None, *, r
     def add(factory: Any) -> Any:
         if isinstance(factory, str):
             path = factory
-            made = EnvSpec(name=name, factory=lambda **kw: resolve(path)(**kw), target=path, **spec)
+            made = EnvSpec(name=name, factory=lambda **kw: resolve_target(path)(**kw), target=path, **spec)
         else:
             made = EnvSpec(name=name, factory=factory,
                            target=f"{factory.__module__}:{factory.__qualname__}", **spec)
@@ -135,4 +132,4 @@ def with_overrides(spec: EnvSpec, **changes: Any) -> EnvSpec:
     return replace(spec, **{k: v for k, v in changes.items() if v is not None})
 
 
-__all__ = ["ENVS", "EnvSpec", "env_names", "env_spec", "register_env", "resolve", "with_overrides"]
+__all__ = ["ENTRY_POINT_GROUP", "ENVS", "EnvSpec", "env_names", "env_spec", "register_env", "with_overrides"]

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from skillduet_plugin.envs.registry import env_spec, resolve
 from skillduet_plugin.llm import offline_merge as merge
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, PermanentError
 from skillduet_plugin.llm.config import BackendConfig
 from skillduet_plugin.llm.registry import register_backend
-from skillduet_plugin.llm.offline_common import (OfflineRules, Traj, as_bullets, find_loop, first_divergence,
-                                                 parse_traj, strip_instance)
+from skillduet_plugin.llm.offline_common import (OFFLINE_RULES, OfflineRules, Traj, as_bullets, find_loop,
+                                                 first_divergence, parse_traj, strip_instance)
 
 ANALYZER_KINDS = ("local_pair", "local_procedure", "local_correction")
 SYNTHESIZER_KINDS = ("synthesize", "compress")
@@ -58,13 +57,10 @@ def respond(payload: Any) -> str:
 
 
 def _rules(payload: dict[str, Any]) -> OfflineRules:
-    """The rules the payload's environment registers (``offline_rules``), else the generic ones."""
+    """The rules registered for the payload's environment (``register_offline_rules``), else the generic ones
+    (they still write useful skills for any environment)."""
     env = str(payload.get("env", "")).lower()
-    try:
-        target = env_spec(env).offline_rules
-    except KeyError:  # not a registered environment: the generic rules still write useful skills
-        target = None
-    return resolve(target) if target else GENERIC_RULES
+    return OFFLINE_RULES.get(env) if env in OFFLINE_RULES else GENERIC_RULES
 
 
 def _task(payload: dict[str, Any], traj: Traj, rules: OfflineRules) -> Any:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from skillduet_plugin.llm.offline_common import (OfflineRules, Traj, find_loop, first_divergence, join_list, quote,
-                                                 strip_instance)
+                                                 register_offline_rules, strip_instance)
 
 # task type -> templates (alfworld 0.4 goal library), most specific first
 _TASK_TEMPLATES: list[tuple[str, str]] = [
@@ -381,3 +381,4 @@ def pair(task: AlfTask, success: Traj, failure: Traj) -> list[str]:
 
 
 RULES = OfflineRules(parse_task=parse_task, pair=pair, local_procedure=local_procedure, correction=correction)
+register_offline_rules("alfworld", RULES)

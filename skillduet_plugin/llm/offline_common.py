@@ -8,10 +8,12 @@ in a prompt turn is unwrapped.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from skillduet_plugin.core.registry import Registry
 from skillduet_plugin.llm.base import PermanentError
 
 NOTHING_HAPPENS = "Nothing happens."
@@ -150,10 +152,30 @@ def as_bullets(lines: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class OfflineRules:
-    """One environment's offline analyzer rules (registered with the env as ``offline_rules``): its task
+    """One environment's offline analyzer rules (registered with :func:`register_offline_rules`): its task
     parser and the three Local-skill writers, each returning bullet lines."""
 
     parse_task: Callable[[str, str], Any]  # (instruction, scope) -> the rules' own task object
     pair: Callable[[Any, Traj, Traj], list[str]]  # (task, success, failure)
     local_procedure: Callable[[Any, Traj], list[str]]  # (task, success)
     correction: Callable[[Any, Traj], list[str]]  # (task, failure)
+
+
+#: The modules whose import registers the built-in environments' rules (imported on the first lookup).
+BUILTIN_RULE_MODULES = ("offline_alfworld", "offline_webshop")
+
+
+def _discover_rules() -> None:
+    for module in BUILTIN_RULE_MODULES:
+        importlib.import_module(f"skillduet_plugin.llm.{module}")
+
+
+#: Environment name -> its offline analyzer rules. The rules belong to this layer, so they are registered here
+#: against the environment's name (an environment never names an llm/ module); an environment without rules
+#: gets the generic ones.
+OFFLINE_RULES: Registry[OfflineRules] = Registry("env", "offline analyzer rules", discover=_discover_rules)
+
+
+def register_offline_rules(env: str, rules: OfflineRules, *, replace: bool = False) -> OfflineRules:
+    """Register the offline analyzer's rules of the environment ``env`` (at the end of the rules' module)."""
+    return OFFLINE_RULES.register(env, rules, replace=replace)

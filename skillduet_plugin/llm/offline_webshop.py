@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from skillduet_plugin.envs.webshop.env import labelled_row
 from skillduet_plugin.envs.webshop.expert import item_price, item_title
-from skillduet_plugin.llm.offline_common import OfflineRules, Traj, find_loop, first_divergence, join_list
+from skillduet_plugin.llm.offline_common import (OfflineRules, Traj, find_loop, first_divergence, join_list,
+                                                 register_offline_rules)
 
 _NAV = {"back to search", "next >", "< prev", "search"}
 _INFO = {"description", "features", "reviews", "attributes"}
@@ -303,3 +304,4 @@ def pair(task: WebTask, success: Traj, failure: Traj) -> list[str]:
 
 RULES = OfflineRules(parse_task=lambda task, scope: parse_task(task), pair=pair, local_procedure=local_procedure,
                      correction=correction)
+register_offline_rules("webshop", RULES)

@@ -12,37 +12,14 @@ which cannot copy long action strings reliably, still plays real games; real run
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any, Callable
 
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import Generation
+from skillduet_plugin.rollout.responses import action_response  # noqa: F401 - re-exported, part of this API
 
 # choose_fn(contexts, candidates) -> the chosen candidate per context, in order (token ids of one candidate each)
 ChooseFn = Callable[[list[list[int]], list[list[list[int]]]], list[Generation]]
-
-# A short reason per action verb (the think block the warm start clones and choose mode scores).
-_THINKS = (("go to", "I should look there."), ("take", "I need this object."), ("move", "I put it in place."),
-           ("put", "I put it in place."), ("open", "I look inside."), ("close", "I close it."),
-           ("heat", "It must be hot."), ("cool", "It must be cool."), ("clean", "It must be clean."),
-           ("use", "I need the light."), ("examine", "I look closely."), ("search", "I search for it."),
-           ("click", "This matches the goal."))
-
-
-_CLICK = re.compile(r"click\[(.+)\]", re.IGNORECASE)
-
-
-def action_response(action: str) -> str:
-    """The assistant turn for one action: ``<think>reason</think><action>action</action>`` (no eos).
-
-    A ``click[X]`` names what it clicks in its reason (``I choose X.``): after a space, as the instruction
-    writes it, ``purple`` is the instruction's own token, which ``[purple`` is not, so a small model can match
-    an option to the instruction's words."""
-    click = _CLICK.fullmatch(action.strip())
-    if click is not None:
-        return f"<think>I choose {click.group(1)}.</think><action>{action}</action>"
-    reason = next((r for verb, r in _THINKS if action.lower().startswith(verb)), "This is the next step.")
-    return f"<think>{reason}</think><action>{action}</action>"
 
 
 def candidate_logprobs(model: Any, context: list[int], candidates: list[list[int]], *,

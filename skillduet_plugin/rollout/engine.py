@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
-from skillduet_plugin.core.names import ACTION_SELECTIONS
+from skillduet_plugin.core.names import ACTION_SELECTIONS, scope_key
 from skillduet_plugin.core.settings import check
+from skillduet_plugin.envs import prompts
+from skillduet_plugin.envs.projection import project_action
+from skillduet_plugin.rollout.responses import action_response
 from skillduet_plugin.skills.types import Trajectory
 
 
@@ -123,18 +126,12 @@ class EpisodeEngine:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r} must be >= 1")
         check("action_selection", action_selection, choices=ACTION_SELECTIONS)
-        from skillduet_plugin.skills.lifecycle import resolve_scope
-
-        resolve_scope(scope, task_type="", task_id="")  # a bad scope fails here, before any episode runs
-        if initial_messages_fn is None or turn_message_fn is None:
-            from skillduet_plugin.envs import prompts
-
-            initial_messages_fn = initial_messages_fn or prompts.initial_messages
-            turn_message_fn = turn_message_fn or prompts.turn_message
-        if project_action_fn is None:
-            from skillduet_plugin.envs.projection import project_action as project_action_fn
+        scope_key(scope, task_type="", task_id="")  # a bad scope fails here, before any episode runs
+        initial_messages_fn = initial_messages_fn or prompts.initial_messages
+        turn_message_fn = turn_message_fn or prompts.turn_message
+        project_action_fn = project_action_fn or project_action
         if action_selection == "choose" and action_response_fn is None:
-            from skillduet_plugin.rollout.choice import action_response as action_response_fn
+            action_response_fn = action_response
         self.env_name, self.chat, self.scope = env_name, chat, scope
         self.max_turns, self.max_new_tokens = int(max_turns), int(max_new_tokens)
         self.max_total_tokens, self.max_completion_tokens = max_total_tokens, max_completion_tokens
@@ -146,9 +143,7 @@ class EpisodeEngine:
 
     def scope_of(self, task_id: str, info: dict[str, Any]) -> str:
         """The scope key of a task under this run's ``scope`` setting."""
-        from skillduet_plugin.skills.lifecycle import resolve_scope
-
-        return resolve_scope(self.scope, task_type=str(info.get("task_type", "unknown")), task_id=str(task_id))
+        return scope_key(self.scope, task_type=str(info.get("task_type", "unknown")), task_id=str(task_id))
 
     def start(self, task_id: str, obs: Any, info: dict[str, Any] | None, *, error: str | None = None,
               group_index: int = 0, student_fn: StudentFn | None = None) -> "EpisodeState":

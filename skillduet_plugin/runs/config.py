@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from skillduet_plugin.config import SkillDuetConfig, preset, read_yaml
-from skillduet_plugin.core.names import ACTION_SELECTIONS, TEACHER_AT
-from skillduet_plugin.core.settings import (ConfigError, check, check_keys, field_docs, invalid, setting,
-                                            validate_fields)
+from skillduet_plugin.config import METHOD_PRESETS, SkillDuetConfig, preset, read_yaml
+from skillduet_plugin.core.episode import episode_field
+from skillduet_plugin.core.names import ACTION_SELECTIONS
+from skillduet_plugin.core.settings import (ConfigError, check, check_keys, check_types, field_docs, invalid,
+                                            setting, validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
+from skillduet_plugin.runs.env_defaults import TINY_TASK_TYPES, run_defaults
 from skillduet_plugin.runs.tiny_model import SIZES as TINY_SIZES
 
-METHODS = ("skillduet", "local_only", "random", "grpo")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 RUN_ACTION_SELECTIONS = ("auto",) + ACTION_SELECTIONS
@@ -30,9 +31,6 @@ EXPERTS = ("search", "walkthrough")
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
 # CPU run consolidates 3 times) and small skill budgets that fit the tiny model's context.
 DEMO_SKILLDUET: dict[str, Any] = {"method": "skillduet"}  # the paper's settings: a consolidation every 10 steps
-
-#: The demo's ALFWorld task types: pick2 (two objects to find) rarely fits in its 8 turns.
-DEMO_TASK_TYPES = "pick,look,clean,heat,cool"
 
 
 @dataclass
@@ -92,8 +90,8 @@ class RunConfig:
                                    fix="expected a folder path or null")
     task_types: str | None = setting("auto", "comma-separated task types that the training games, the warm start "
                                      "and the panels are drawn from, or null for all; auto: the CPU demo's "
-                                     f"{DEMO_TASK_TYPES} on ALFWorld with a tiny model (pick2's two searches rarely "
-                                     "fit in its 8 turns), all task types otherwise",
+                                     f"{TINY_TASK_TYPES['alfworld']} on ALFWorld with a tiny model (pick2's two "
+                                     "searches rarely fit in its 8 turns), all task types otherwise",
                                      optional=True, fix="expected auto, comma-separated task types such as "
                                      "pick,look, or null for all")
     train_split: str = setting("train", "split trained on", kind="str")
@@ -108,21 +106,18 @@ class RunConfig:
     num_generations: int = setting(8, "group size G (rollouts per task)", kind="int", lo=2,
                                    fix="a GRPO group needs at least 2 rollouts per task")
     tasks_per_step: int = setting(5, "tasks per RL step", kind="int", lo=1)
-    max_turns: int = setting(8, "policy turns per episode at most", kind="int", lo=1)
-    max_new_tokens_per_turn: int = setting(32, "generated tokens per turn at most", kind="int", lo=1)
-    max_total_tokens: int = setting(2560, "prompt + completion tokens per episode at most", kind="int", lo=64)
-    invalid_action_penalty: float = setting(0.1, "reward subtracted per unparsable / inadmissible action", lo=0)
+    # The episode settings (core.episode), from the CPU demo's short episodes.
+    max_turns: int = episode_field("max_turns", 8, help="8 in the CPU demo")
+    max_new_tokens_per_turn: int = episode_field("max_new_tokens_per_turn", 32, help="32 in the CPU demo")
+    max_total_tokens: int = episode_field("max_total_tokens", 2560, help="2560 in the CPU demo", lo=64,
+                                          optional=False, fix="expected an integer >= 64")
+    invalid_action_penalty: float = episode_field("invalid_action_penalty")
     learning_rate: float = setting(3e-4, "RL learning rate", lo=0, lo_open=True)
     temperature: float = setting(1.0, "rollout sampling temperature", lo=0, lo_open=True)
     seed: int = setting(0, "seeds training, sampling and the method", kind="int", lo=0)
-    teacher_at: str = setting("generation", "when OPD teacher log-probs are computed: once per rollout batch "
-                              "(generation) or live in every loss call (loss)", choices=TEACHER_AT)
-    action_selection: str = setting(
-        "auto", "how the policy acts each turn: generate (free generation, real runs), choose (the admissible "
-        "action whose warm-start-format response the policy scores highest; sampled in rollouts, best in "
-        "evaluations; the tiny model cannot copy long action strings; on WebShop the search page then offers "
-        "queries built from the instruction) or auto (choose for tiny models, generate otherwise)",
-        choices=RUN_ACTION_SELECTIONS)
+    teacher_at: str = episode_field("teacher_at")
+    action_selection: str = episode_field("action_selection", "auto", help="auto: choose for tiny models, generate "
+                                          "otherwise", choices=RUN_ACTION_SELECTIONS)
     skillduet: dict = setting(help="the method's settings (SkillDuetConfig keys) plus method = skillduet, "
                               "local_only, random or grpo (a preset the other keys override)",
                               default_factory=lambda: copy.deepcopy(DEMO_SKILLDUET), kind="mapping")
@@ -194,7 +189,8 @@ class RunConfig:
 
     def check_resources(self) -> None:
         """What only the machine can tell, checked when a command starts (not when a saved config is read):
-        the model folder and the data folder exist, and every ``trl.*`` key is a GRPOConfig field."""
+        the model folder and the data folder exist, and every ``trl.*`` key is a GRPOConfig field with a value of
+        that field's type."""
         if not self.is_tiny:
             check_model_folder(self.model)
         if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
@@ -204,6 +200,7 @@ class RunConfig:
             from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 
             check_keys("trl", self.trl, SkillDuetGRPOConfig)
+            check_types("trl", self.trl, SkillDuetGRPOConfig)
         if self.device == "cuda":
             import torch
 
@@ -219,7 +216,7 @@ class RunConfig:
         """The SkillDuetConfig of this run: the ``method`` preset, then the other ``skillduet.*`` keys."""
         data = dict(self.skillduet)
         method = data.pop("method", "skillduet")
-        check("skillduet.method", method, choices=METHODS)
+        check("skillduet.method", method, choices=tuple(METHOD_PRESETS))
         if "seed" not in data:
             data["seed"] = self.seed
         try:
@@ -235,7 +232,7 @@ class RunConfig:
     def task_type_list(self) -> list[str]:
         """``task_types`` as a list ([] for all), ``auto`` resolved by the env and the model."""
         if self.task_types == "auto":
-            return DEMO_TASK_TYPES.split(",") if self.env == "alfworld" and self.is_tiny else []
+            return TINY_TASK_TYPES[self.env].split(",") if self.is_tiny and self.env in TINY_TASK_TYPES else []
         return [t.strip() for t in (self.task_types or "").split(",") if t.strip()]
 
     @property
@@ -358,7 +355,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
 
     Sections merge key by key, except a file's ``skillduet:`` section, which replaces the demo's method
     settings (it starts from the paper defaults of its ``method`` preset). Overrides always merge. Where the
-    resulting env registers its own run defaults (``run_defaults``: ``env=webshop`` alone is the WebShop demo),
+    resulting env has run defaults (``runs.env_defaults``: ``env=webshop`` alone is the WebShop demo),
     they replace the ALFWorld ones for every key that neither the file nor an override set. With
     ``check_machine`` the model and data folders and the ``trl.*`` keys are checked too
     (:meth:`RunConfig.check_resources`), so that every mistake is reported before any work starts.
@@ -379,7 +376,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         explicit.add(tuple(key_path))
     env = data.get("env")
     if env in env_names():
-        for dotted, value in env_spec(env).run_defaults.items():
+        for dotted, value in run_defaults(env).items():
             key_path = tuple(dotted.split("."))
             if not any(key_path[:len(e)] == e for e in explicit):
                 _set_path(data, list(key_path), value, "env run default")
@@ -394,7 +391,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
 def method_rows() -> list[tuple[str, str, str]]:
     """The ``skillduet.method`` row of the settings docs (a key of the run config, not of SkillDuetConfig)."""
     return [("skillduet.method", DEMO_SKILLDUET["method"],
-             f"the preset the other skillduet.* keys override: {', '.join(METHODS)}")]
+             f"the preset the other skillduet.* keys override: {', '.join(METHOD_PRESETS)}")]
 
 
 def settings_help() -> str:

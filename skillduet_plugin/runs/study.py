@@ -28,23 +28,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from skillduet_plugin.config import ConfigError
+from skillduet_plugin.config import METHOD_PRESETS, ConfigError
 from skillduet_plugin.runs.config import RunConfig, load_run_config
 from skillduet_plugin.runs.rundir import write_json
 
-# Built-in arms: name -> (label, skillduet.* overlay). Each overlay spells out its preset's switches, so a base
-# config that sets one of them explicitly cannot turn an ablation back into the full method.
+#: The selectors compared as arms of their own (``skillduet`` with that selector).
+SELECTOR_ARMS = ("strength", "utility", "contrast")
+
+
+def _arm(method: str, label: str, **changes: Any) -> tuple[str, dict[str, Any]]:
+    return label, {"method": method, **METHOD_PRESETS[method].settings, **changes}
+
+
+# Built-in arms: name -> (label, skillduet.* overlay), from the method presets (config.METHOD_PRESETS). Each
+# overlay spells out its preset's switches, so a base config that sets one of them explicitly cannot turn an
+# ablation back into the full method.
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
-    "grpo": ("GRPO", {"method": "grpo", "opd_coef": 0.0, "use_global": False, "extract_local": False}),
-    "local_only": ("Local-only OPD", {"method": "local_only", "use_global": False, "extract_local": True}),
-    "random": ("SkillDuet (Random)", {"method": "random", "selector": "random", "use_global": True,
-                                      "extract_local": True}),
-    "strength": ("SkillDuet (Strength)", {"method": "skillduet", "selector": "strength", "use_global": True,
-                                          "extract_local": True}),
-    "utility": ("SkillDuet (Utility)", {"method": "skillduet", "selector": "utility", "use_global": True,
-                                        "extract_local": True}),
-    "contrast": ("SkillDuet (Contrast)", {"method": "skillduet", "selector": "contrast", "use_global": True,
-                                          "extract_local": True}),
+    **{name: _arm(name, METHOD_PRESETS[name].label) for name in ("grpo", "local_only", "random")},
+    **{selector: _arm("skillduet", f"SkillDuet ({selector.title()})", selector=selector)
+       for selector in SELECTOR_ARMS},
 }
 DEFAULT_ARMS = ("grpo", "local_only", "random", "strength")
 # `--quick`: a first look, not a result (the warm start is the demo's, so a cached one is reused). 3 steps = one

@@ -7,6 +7,7 @@ Every artefact lands in the run directory; the function returns its path (the CL
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from skillduet_plugin.core.episode import episode_settings
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
 from skillduet_plugin.runs.environment import data_identity, env_kwargs, make_env
 from skillduet_plugin.runs.recorder import RunRecorder
@@ -78,9 +80,8 @@ def grpo_args(config: RunConfig, run: RunDir) -> Any:
         save_steps=config.save_steps or 500, save_only_model=False, disable_tqdm=True,
         skillduet=config.method_config().to_dict(), env_name=config.env,
         env_kwargs=env_kwargs(config, config.train_split), env_workers=config.env_workers,
-        max_turns=config.max_turns, max_new_tokens_per_turn=config.max_new_tokens_per_turn,
-        max_total_tokens=config.max_total_tokens, invalid_action_penalty=config.invalid_action_penalty,
-        teacher_at=config.teacher_at, action_selection=config.action_mode, lr_scheduler_type="constant")
+        lr_scheduler_type="constant",
+        **dataclasses.asdict(episode_settings(config, action_selection=config.action_mode)))
     kwargs.update(device_settings(config))
     kwargs.update(config.trl)  # the user's own GRPOConfig keywords win
     return SkillDuetGRPOConfig(**kwargs)

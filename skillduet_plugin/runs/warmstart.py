@@ -33,6 +33,7 @@ from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
 from skillduet_plugin.core.settings import check
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
+from skillduet_plugin.runs.clone_pool import ClonePool, flat_parameters
 from skillduet_plugin.runs.config import EXPERTS
 from skillduet_plugin.skills.consolidate import render_global
 from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
@@ -262,71 +263,6 @@ def _insert_section(messages: list[dict], task: str, scope: str, *, plan: SkillP
 
 
 # ---------------------------------------------------------------------- training
-def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
-    """Mean cross-entropy over the policy tokens of ``batch`` (prompt and environment tokens carry none).
-
-    Equal to a causal LM's loss with labels on the policy tokens (-100 elsewhere), computed with ``core.logprobs.
-    response_logprobs``: right-padded rows without an attention mask (the fused attention path) and the LM head
-    only at completion positions, about twice as fast on CPU for the long episodes of a multi-turn game.
-    """
-    import torch
-
-    from skillduet_plugin.core.logprobs import response_logprobs
-
-    width = max(len(ep.tokens) for ep in batch)
-    logps = response_logprobs(model, [ep.tokens.prompt_ids for ep in batch],
-                              [ep.tokens.completion_ids for ep in batch], token_budget=width * len(batch),
-                              pad_token_id=pad_token_id)
-    count = policy_tokens(batch)
-    device = logps[0].device
-    total = torch.zeros((), device=device)
-    for lp, ep in zip(logps, batch):
-        total = total - (lp * _mask(ep).to(device=device, dtype=lp.dtype)).sum()
-    return total / count
-
-
-def episode_gradient(model: Any, episode: ClonedEpisode, count: int, pad_token_id: int = 0):
-    """``(nll, grad)``: the summed negative log-likelihood of ``episode``'s policy tokens and the flat gradient of
-    ``nll / count`` (``count``: policy tokens of the whole batch), from one unpadded forward and backward.
-
-    Summed over a batch in batch order, the gradients are those of :func:`cloning_loss` on that batch (up to float
-    rounding); computed one episode at a time, no token is padding and the sum does not depend on which process
-    computed which episode.
-    """
-    import torch
-
-    model.zero_grad(set_to_none=True)
-    nll = -(episode_logps(model, episode, pad_token_id) * _mask(episode)).sum()
-    (nll / count).backward()
-    grad = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                      for p in model.parameters()])
-    model.zero_grad(set_to_none=True)
-    return float(nll.detach()), grad
-
-
-def episode_logps(model: Any, episode: ClonedEpisode, pad_token_id: int = 0):
-    """Log-probs of one cloned episode's completion tokens (policy and environment), one unpadded row."""
-    from skillduet_plugin.core.logprobs import response_logprobs
-
-    tokens = episode.tokens
-    return response_logprobs(model, [tokens.prompt_ids], [tokens.completion_ids], token_budget=len(tokens),
-                             pad_token_id=pad_token_id)[0]
-
-
-def _mask(episode: ClonedEpisode):
-    import torch
-
-    return torch.tensor(episode.tokens.completion_mask, dtype=torch.float32)
-
-
-def policy_tokens(batch: Sequence[ClonedEpisode]) -> int:
-    """The number of loss-bearing tokens of ``batch``; raises when there are none."""
-    count = sum(int(sum(ep.tokens.completion_mask)) for ep in batch)
-    if count == 0:
-        raise ValueError("no policy tokens in this batch: every cloned episode needs at least one action")
-    return count
-
-
 def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_size: int, learning_rate: float,
           seed: int = 0, pad_token_id: int = 0, workers: int = 1, model_dir: Any = None, threads: int | None = None,
           on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
@@ -343,9 +279,9 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     core slows a worker down without stalling the others. Returns ``{"steps", "loss_first", "loss_last",
     "seconds", "workers"}``.
     """
-    import torch
+    import torch  # lazy, with the loss below: building expert episodes and configs needs no torch
 
-    from skillduet_plugin.runs.clone_pool import ClonePool, flat_parameters
+    from skillduet_plugin.runs.clone_loss import episode_gradient, policy_tokens  # lazy: imports torch
 
     if not episodes:
         raise ValueError("no expert episodes to clone: the warm start needs at least one game")

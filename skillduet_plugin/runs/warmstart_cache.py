@@ -28,8 +28,9 @@ WARM_START_CODE = ("skillduet_plugin.runs.warmstart", "skillduet_plugin.runs.war
                    "skillduet_plugin.llm.offline_common", "skillduet_plugin.llm.offline_merge",
                    "skillduet_plugin.core.conversation", "skillduet_plugin.rollout.engine",
                    "skillduet_plugin.skills.inject", "skillduet_plugin.llm.offline_webshop",
-                   "skillduet_plugin.envs.webshop.expert",
-                   "skillduet_plugin.core.logprobs")
+                   "skillduet_plugin.envs.webshop.expert", "skillduet_plugin.envs.webshop.actions",
+                   "skillduet_plugin.core.logprobs", "skillduet_plugin.rollout.responses",
+                   "skillduet_plugin.runs.clone_loss")
 
 
 def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:

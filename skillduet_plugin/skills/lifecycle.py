@@ -18,6 +18,7 @@ import torch
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.logprobs import LogprobFn
+from skillduet_plugin.core.names import scope_key
 from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
@@ -34,20 +35,12 @@ from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill,
 
 logger = logging.getLogger(__name__)
 
-SINGLE_SCOPE = "all"
 #: bank meta key holding the lifecycle's metric counters as of the last snapshot
 STATE_META_KEY = "lifecycle_state"
 
 
-def resolve_scope(kind: str, *, task_type: str, task_id: str) -> str:
-    """The scope key of a task under ``config.scope``: its task type, its task id, or one scope for all."""
-    if kind == "task_type":
-        return str(task_type)
-    if kind == "task":
-        return str(task_id)
-    if kind == "single":
-        return SINGLE_SCOPE
-    raise ValueError(f"scope={kind!r} is invalid: allowed values are task_type, task, single")
+#: The scope key of a task under ``config.scope`` (the one table of scope kinds is ``core.names.SCOPE_KEYS``).
+resolve_scope = scope_key
 
 
 class SkillLifecycle:

@@ -66,3 +66,35 @@ def test_every_key_names_itself_in_place(capsys, override, needle):
 def test_a_good_config_still_prints(capsys):
     assert main(["train", "steps=3", "--print-config"]) == 0
     assert "steps: 3" in capsys.readouterr().out
+
+
+def test_trl_values_are_type_checked_when_the_command_starts(capsys):
+    err = _train(capsys, "trl.num_iterations=often")  # TRL would fail only when it builds its batches
+    assert "trl.num_iterations='often' is invalid: expected int (the type of SkillDuetGRPOConfig.num_iterations)" \
+        in err
+    err = _train(capsys, "trl.use_vllm=yes please")
+    assert "trl.use_vllm='yes please' is invalid: expected bool" in err
+    err = _train(capsys, "trl.lr_scheduler_type=[1]")
+    assert "trl.lr_scheduler_type=[1] is invalid: expected one of linear, cosine" in err
+
+
+def test_well_typed_trl_values_pass(capsys):
+    # Negative control: an int for a float field, an enum's value, null for an optional, a list of str
+    rc = main(["train", "trl.max_grad_norm=1", "trl.lr_scheduler_type=cosine", "trl.max_steps=5",
+               "trl.hub_model_id=null", "trl.report_to=[none]", "trl.use_vllm=false", "--print-config"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "max_grad_norm: 1" in out
+
+
+def test_matches_type_unit():
+    from typing import Any, Literal, Optional
+
+    from skillduet_plugin.core.settings import matches_type
+
+    assert matches_type(3, float) and not matches_type(True, int) and not matches_type(3.5, int)
+    assert matches_type(None, Optional[int]) and not matches_type("x", Optional[int])
+    assert matches_type([1.0, 2], list[float]) and not matches_type([1.0, "a"], list[float])
+    assert not matches_type(3, list[str])
+    assert matches_type("a", Literal["a", "b"]) and not matches_type("c", Literal["a", "b"])
+    assert matches_type({"k": 1}, dict[str, Any]) and not matches_type([1], dict[str, Any])

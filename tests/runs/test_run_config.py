@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.runs.config import RunConfig, load_run_config, parse_overrides, parse_value
+from skillduet_plugin.runs.env_defaults import run_defaults
 from skillduet_plugin.runs.environment import env_kwargs
 
 
@@ -52,12 +52,12 @@ def test_overrides_merge_into_sections():
                                  "warm_start.steps=7", "skillduet.analyzer.temperature=0.0"])
     assert cfg.env == "webshop" and cfg.steps == 12 and cfg.panel == "test"
     assert cfg.warm_start.steps == 7 and cfg.warm_start.skill_fraction == RunConfig().warm_start.skill_fraction
-    assert cfg.warm_start.games == env_spec("webshop").run_defaults["warm_start.games"]  # env=webshop: its demo
+    assert cfg.warm_start.games == run_defaults("webshop")["warm_start.games"]  # env=webshop: its demo
     method = cfg.method_config()
     assert method.keep_ratio == 0.25
     assert method.analyzer.temperature == 0.0
     # the WebShop demo's shortened consolidation schedule is kept under an override
-    assert method.consolidation_interval == env_spec("webshop").run_defaults["skillduet.consolidation_interval"]
+    assert method.consolidation_interval == run_defaults("webshop")["skillduet.consolidation_interval"]
     assert load_run_config(None, ["skillduet.keep_ratio=0.25"]).method_config().consolidation_interval == 10
 
 

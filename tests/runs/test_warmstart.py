@@ -198,7 +198,7 @@ def test_warm_start_is_cached(tiny_model_dir, tmp_path):
 def test_cloning_loss_equals_the_causal_lm_loss_on_the_labels(tiny_model, chat):
     import torch
 
-    from skillduet_plugin.runs.warmstart import cloning_loss
+    from skillduet_plugin.runs.clone_loss import cloning_loss
 
     records = _records(TASKS[:3])
     cloned = _clone_data(chat, records, max_total_tokens=8192, skill_fraction=0.5, seed=1)
@@ -221,7 +221,7 @@ def test_episode_gradients_sum_to_the_causal_lm_gradient_of_the_batch(tiny_model
     causal-LM loss of the padded batch (the independent reference); a wrong normaliser fails it."""
     import torch
 
-    from skillduet_plugin.runs.warmstart import episode_gradient, policy_tokens
+    from skillduet_plugin.runs.clone_loss import episode_gradient, policy_tokens
 
     cloned = _clone_data(chat, _records(TASKS[:3]), max_total_tokens=8192, skill_fraction=0.5, seed=1)
     assert len({len(c.tokens) for c in cloned}) > 1

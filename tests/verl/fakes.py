@@ -138,7 +138,7 @@ def toy_agent_config(*overrides: str):
                     f"skillduet.env.initial_messages_fn={TOY}:toy_initial_messages",
                     f"skillduet.env.turn_message_fn={TOY}:toy_turn_message",
                     f"skillduet.env.project_action_fn={TOY}:toy_project_action",
-                    "skillduet.env.max_turn_tokens=64", "skillduet.env.max_turns=3", *overrides])
+                    "skillduet.env.max_new_tokens_per_turn=64", "skillduet.env.max_turns=3", *overrides])
 
 
 def run_agent_loop(tokenizer, server, globals_, cfg, task_id: str = "toy-3", **kwargs):

@@ -147,7 +147,7 @@ def default_data_identity() -> dict[str, Any]:
 
 
 @register_env("alfworld", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
-              offline_rules="skillduet_plugin.llm.offline_alfworld:RULES", make_expert=expert.make_expert,
+              make_expert=expert.make_expert,
               default_data_identity=default_data_identity,
               default_panel="valid_unseen", limit_keyword="max_tasks", scope_order=SCOPES)
 def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train", *, max_steps: int = 50,

@@ -20,25 +20,10 @@ from skillduet_plugin.envs.webshop.synthetic import (catalogue_identity, ensure_
                                                      write_catalogue)
 
 
-# ``skillduet train env=webshop`` defaults: pages are long (a results page is ~1,000 tokens): fewer turns, a longer
-# context, one shopper episode per goal over many goals. Its episodes are long, so cloning needs its steps: measured
-# on 32 goals, 60 steps left the cross-entropy at 1.65 and the clone won no sampled episode, 200 steps reached 0.14;
-# 1,000 steps on 512 goals make a clone that wins test goals it never saw (docs/study.md), 600 on 128 did not.
-# RL practises 8 goals, each 5 times with 8 rollouts (as the ALFWorld demo practises its 15 games): 9 steps over
-# 256 goals (each seen once, 4 rollouts) left every measurement where it was.
-RUN_DEFAULTS = {"eval_tasks": 16, "train_tasks": 8, "max_turns": 8, "max_total_tokens": 4096,
-                "warm_start.games": 512, "warm_start.episodes_per_game": 1, "warm_start.steps": 1000,
-                "warm_start.max_turns": None, "num_generations": 8, "learning_rate": 3e-4,
-                "steps": 10, "tasks_per_step": 4, "eval_training_tasks": 8, "save_steps": 3,
-                "eval_samples": 8, "eval_panel_samples": 4,
-                "skillduet.consolidation_interval": 3, "skillduet.skill_token_budget": 160,
-                "skillduet.local_skill_token_budget": 96, "skillduet.max_heldout": 4}
-
-
 @register_env("webshop", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
               format_actions=prompts.format_actions, free_text_actions=True, make_expert=expert.make_expert,
-              offline_rules="skillduet_plugin.llm.offline_webshop:RULES", default_panel="test",
-              run_defaults=RUN_DEFAULTS, per_type_report=False,
+              default_panel="test",
+              per_type_report=False,
               choose_kwargs={"search_choices": 8, "result_labels": True},
               default_data_identity=lambda: {"generated": catalogue_identity()},
               tiny_corpus=vocabulary.corpus_lines, tiny_vocab_size=vocabulary.VOCAB_SIZE)

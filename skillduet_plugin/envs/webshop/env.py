@@ -16,12 +16,13 @@ Both forms are accepted whatever the setting; observations always show the asins
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from skillduet_plugin.envs.base import TextEnv
 from skillduet_plugin.envs.webshop import pages
+from skillduet_plugin.envs.webshop.actions import labelled_row, parse_action, row_action
 from skillduet_plugin.envs.webshop.catalogue import Catalogue
+from skillduet_plugin.envs.webshop.expert import searching_shopper
 from skillduet_plugin.envs.webshop.queries import candidate_queries
 from skillduet_plugin.envs.webshop.reward import get_reward
 
@@ -30,28 +31,6 @@ PRODUCT_WINDOW = 10
 SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None), "all": (0, None)}
 SCOPES = ("webshop", "category", "product_category")
 OBSERVATION_MODES = ("text", "text_rich")
-_ACTION = re.compile(r"(.+)\[(.+)\]")
-_ROW = re.compile(r"item (\d+)")
-
-
-def row_action(row: int) -> str:
-    """The labelled link to a results page's ``row`` (1-based): ``click[item <row>]`` (``result_labels``)."""
-    return f"click[item {row}]"
-
-
-def labelled_row(arg: str | None) -> int | None:
-    """The row a labelled link's argument names (``"item 3"`` -> 3); None for anything else."""
-    match = _ROW.fullmatch(arg or "")
-    return int(match.group(1)) if match else None
-
-
-def parse_action(action: str) -> tuple[str, str | None]:
-    """``"click[Buy Now]"`` -> ``("click", "buy now")``; text without brackets -> ``(text, None)``."""
-    match = _ACTION.match(action)
-    if match is None:
-        return action, None
-    name, arg = match.groups()
-    return name, arg.lower()
 
 
 class WebShopEnv(TextEnv):
@@ -106,8 +85,6 @@ class WebShopEnv(TextEnv):
     def searching_expert(self, task_id: str, seed: int = 0) -> Any:
         """A fresh searching expert for one episode of ``task_id`` (``envs.webshop.expert``): it reads the
         instruction only, never the goal's product or options."""
-        from skillduet_plugin.envs.webshop.expert import searching_shopper
-
         return searching_shopper(self.goal(task_id)["instruction_text"], seed)
 
     def task_type(self, task_id: str) -> str:

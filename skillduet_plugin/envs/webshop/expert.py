@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from skillduet_plugin.envs.webshop.env import row_action
+from skillduet_plugin.envs.webshop.actions import row_action
 from skillduet_plugin.envs.webshop.queries import Request, candidate_queries, read_instruction
 from skillduet_plugin.envs.webshop.search import analyze
 

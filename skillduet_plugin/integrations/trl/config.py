@@ -19,7 +19,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from skillduet_plugin.config import SkillDuetConfig
-from skillduet_plugin.core.names import ACTION_SELECTIONS, TEACHER_AT
+from skillduet_plugin.core.episode import episode_checks, episode_field
 from skillduet_plugin.core.settings import ConfigError, check, invalid, validate_fields
 from skillduet_plugin.envs.registry import env_names
 
@@ -50,28 +50,22 @@ class SkillDuetGRPOConfig(GRPOConfig):
         "keywords of the environment factory (envs.make(env_name, **env_kwargs))")})
     env_workers: int = field(default=0, metadata={"help": (
         "environment worker processes; 0 runs the environments in the trainer process")})
-    max_turns: int = field(default=30, metadata={"help": "policy turns per episode at most"})
-    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "generated tokens per policy turn at most"})
-    max_total_tokens: int | None = field(default=None, metadata={"help": (
-        "prompt + completion tokens per episode at most (None: the model's max_position_embeddings); the "
-        "completion (policy and environment tokens) is further capped by max_completion_length")})
-    invalid_action_penalty: float = field(default=0.1, metadata={"help": (
-        "subtracted from an episode's reward per turn whose response did not parse to an admissible action")})
+    # The episode settings (core.episode): the method's defaults; their constraints are checked in __post_init__
+    # (TRL's HfArgumentParser turns field metadata into argparse keywords, so it holds the help text only).
+    max_turns: int = episode_field("max_turns", with_check=False)
+    max_new_tokens_per_turn: int = episode_field("max_new_tokens_per_turn", with_check=False)
+    max_total_tokens: int | None = episode_field("max_total_tokens", help="the completion (policy and environment "
+                                                 "tokens) is further capped by max_completion_length",
+                                                 with_check=False)
+    invalid_action_penalty: float = episode_field("invalid_action_penalty", with_check=False)
     reward_scale: float = field(default=1.0, metadata={"help": (
         "the environment reward is multiplied by this before the penalty")})
-    teacher_at: str = field(default="generation", metadata={"help": (
-        "generation computes the OPD teacher log-probs once per rollout batch (cheapest); loss recomputes them "
-        "with the live model in every loss call (fresh when num_iterations > 1)")})
+    teacher_at: str = episode_field("teacher_at", with_check=False)
     skill_bank_dir: str | None = field(default=None,
                                        metadata={"help": "folder of the skill bank (default: output_dir)"})
     logprob_token_budget: int = field(default=16384, metadata={"help": (
         "padded tokens per forward of the OPD teacher pass and of skill scoring")})
-    action_selection: str = field(default="generate", metadata={"help": (
-        "generate samples each turn freely; choose is constrained selection among the environment's admissible "
-        "actions (rollout.choice: each action's response is scored by the policy and one is drawn from the "
-        "softmax of the sums at temperature), used by the CPU demo's tiny model; the losses train on the chosen "
-        "response's decisive tokens only (those where it parts from the other candidates still possible; the "
-        "shared ones such as 'go to' or '</action>' say nothing about the choice)")})
+    action_selection: str = episode_field("action_selection", with_check=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,14 +97,9 @@ class SkillDuetGRPOConfig(GRPOConfig):
 
 
 _CHECKS: dict[str, dict[str, Any]] = {
+    **episode_checks(),
     "env_kwargs": {"kind": "mapping", "optional": True},
     "env_workers": {"kind": "int", "lo": 0},
-    "max_turns": {"kind": "int", "lo": 1},
-    "max_new_tokens_per_turn": {"kind": "int", "lo": 1},
     "logprob_token_budget": {"kind": "int", "lo": 1},
-    "max_total_tokens": {"kind": "int", "lo": 2, "optional": True},
-    "invalid_action_penalty": {"lo": 0},
     "reward_scale": {"lo": 0, "lo_open": True},
-    "teacher_at": {"choices": TEACHER_AT},
-    "action_selection": {"choices": ACTION_SELECTIONS},
 }

@@ -11,7 +11,6 @@ and verl's ``min_global_steps``/``max_global_steps``.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -24,20 +23,13 @@ from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, EXTRA_KEY
 from skillduet_plugin.integrations.verl.settings import EnvSettings, settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import client_for
 from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.core.registry import resolve_target
 from skillduet_plugin.rollout.engine import Episode, EpisodeEngine, Generation, StudentFn, episode_record
 from skillduet_plugin.skills.inject import global_messages
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
 from skillduet_plugin.skills.types import GlobalSkills
 
 logger = logging.getLogger(__name__)
-
-
-def load_function(target: str) -> Callable:
-    """``"package.module:function"`` -> the function."""
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"{target!r} is not of the form 'package.module:function'")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 class _EnvCache:
@@ -54,7 +46,8 @@ class _EnvCache:
             if idle:
                 return key, idle.pop()
         if env.factory:
-            instance = load_function(env.factory)(data_dir=env.data_dir, split=split, **env.env_kwargs)
+            factory = resolve_target(env.factory, "skillduet.env.factory")
+            instance = factory(data_dir=env.data_dir, split=split, **env.env_kwargs)
         else:
             from skillduet_plugin.envs import make
 
@@ -104,12 +97,11 @@ class SkillDuetAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         # The whole episode (policy and environment tokens) must fit verl's response_length.
         self.engine = EpisodeEngine(
-            env.name, self.chat, max_turns=env.max_turns, max_new_tokens=env.max_turn_tokens, max_total_tokens=None,
-            max_completion_tokens=self.response_length, scope=self.settings.method.scope,
+            env.name, self.chat, max_turns=env.max_turns, max_new_tokens=env.max_new_tokens_per_turn,
+            max_total_tokens=None, max_completion_tokens=self.response_length, scope=self.settings.method.scope,
             system_prompt=env.system_prompt,
-            initial_messages_fn=load_function(env.initial_messages_fn) if env.initial_messages_fn else None,
-            turn_message_fn=load_function(env.turn_message_fn) if env.turn_message_fn else None,
-            project_action_fn=load_function(env.project_action_fn) if env.project_action_fn else None)
+            **{key: resolve_target(getattr(env, key), f"skillduet.env.{key}") if getattr(env, key) else None
+               for key in ("initial_messages_fn", "turn_message_fn", "project_action_fn")})
         self.global_client = client_for(self.settings.global_server)
         self.special_tokens = tokenizer_special_tokens(self.tokenizer)
 
@@ -193,4 +185,4 @@ class SkillDuetAgentLoop(AgentLoopBase):
             extra_fields=extra)
 
 
-__all__ = ["EXTRA_KEY", "ENV_CACHE", "SkillDuetAgentLoop", "load_function", "weight_versions"]
+__all__ = ["EXTRA_KEY", "ENV_CACHE", "SkillDuetAgentLoop", "weight_versions"]

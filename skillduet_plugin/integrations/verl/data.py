@@ -13,6 +13,7 @@ import argparse
 import os
 from typing import Any, Sequence
 
+from skillduet_plugin.core.registry import resolve_target
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME
 
 
@@ -34,9 +35,7 @@ def env_tasks(env_name: str, split: str, data_dir: str | None = None, factory: s
               **env_kwargs: Any) -> list[str]:
     """The ordered task ids of an environment split (``factory``: ``"module:function"`` instead of ``make``)."""
     if factory:
-        from skillduet_plugin.integrations.verl.agent_loop import load_function
-
-        env = load_function(factory)(data_dir=data_dir, split=split, **env_kwargs)
+        env = resolve_target(factory, "skillduet.env.factory")(data_dir=data_dir, split=split, **env_kwargs)
     else:
         from skillduet_plugin.envs import make
 

@@ -19,6 +19,7 @@ import traceback
 import warnings
 from typing import Any, Callable
 
+from skillduet_plugin.core.registry import resolve_target
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, PLUGIN_NAME, TRAINER_NAME
 
 logger = logging.getLogger(__name__)
@@ -77,9 +78,8 @@ def _fix_trl_value_head() -> None:
 
 
 def _run_fix(target: str) -> None:
-    module_name, _, attr = target.partition(":")
     try:
-        getattr(importlib.import_module(module_name), attr)()
+        resolve_target(target)()
     except Exception as exc:
         _report(target, exc)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.episode import episode_field
 from skillduet_plugin.core.settings import ConfigError, check, check_keys, invalid, setting, validate_fields
 
 #: ``actor``: an FSDP forward on the actor workers (default). ``rollout``: prefill requests with
@@ -32,10 +33,10 @@ class EnvSettings:
                         fix="expected an environment name")
     data_dir: str | None = setting(None, "the environment's data folder (null: its default data)", kind="path",
                                    optional=True)
-    max_turns: int = setting(50, "policy turns per episode at most", kind="int", lo=1)
-    max_turn_tokens: int = setting(512, "tokens of one policy turn at most", kind="int", lo=1)
+    max_turns: int = episode_field("max_turns")
+    max_new_tokens_per_turn: int = episode_field("max_new_tokens_per_turn")
     system_prompt: str | None = setting(None, "an optional system message", kind="str", optional=True)
-    invalid_action_penalty: float = setting(0.1, "subtracted per invalid step", lo=0)
+    invalid_action_penalty: float = episode_field("invalid_action_penalty")
     env_kwargs: dict[str, Any] = setting(help="extra keywords of the environment factory", default_factory=dict,
                                          kind="mapping")
     factory: str | None = setting(None, "'module:function' replacing envs.make(name) (unregistered environments)",
@@ -100,6 +101,9 @@ def parse_settings(section: Any) -> VerlSettings:
     env_data = data.pop("env", None) or {}
     if not isinstance(env_data, Mapping):
         invalid("skillduet.env", env_data, "expected a mapping")
+    if "max_turn_tokens" in env_data:  # the name before the episode settings were declared once (core.episode)
+        raise ConfigError(f"skillduet.env.max_turn_tokens={env_data['max_turn_tokens']!r} was renamed: write "
+                          f"skillduet.env.max_new_tokens_per_turn (the same name as in the run and TRL configs)")
     check_keys("skillduet.env", env_data, EnvSettings)
     env = EnvSettings(**{k: (dict(v) if k == "env_kwargs" else v) for k, v in env_data.items()})
     bank_path = data.pop("bank_path", None)

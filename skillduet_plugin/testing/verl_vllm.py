@@ -39,6 +39,7 @@ MODULE = __spec__.name if __spec__ is not None else __name__  # the import name,
 NAME = "vllm"
 SKIP_SYNC_ENV = "SKILLDUET_VLLM_SKIP_SYNC_AT"
 MODEL_SIZE = "tiny64"
+RUN_TAG_ENV = "SKILLDUET_VLLM_RUN_TAG"  # names this run's weight-sync socket (verl_vllm_server.tagged_zmq_handle)
 
 #: verl settings for its vLLM rollout on CPU (see the module doc for why each).
 VLLM_CPU_OVERRIDES = [
@@ -79,8 +80,14 @@ def _patch_accelerator_ids() -> None:
 def _adapter_class() -> type:
     from verl.workers.rollout.vllm_rollout.vllm_rollout import ServerAdapter
 
+    from skillduet_plugin.testing.verl_vllm_server import tagged_zmq_handle
+
     class CPUServerAdapter(ServerAdapter):
-        """verl's ``ServerAdapter`` with the negative-control switch; everything else is verl's."""
+        """verl's ``ServerAdapter`` with the negative-control switch and a per-run socket name."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.zmq_handle = tagged_zmq_handle(self.zmq_handle)
 
         async def update_weights(self, weights: Any, global_steps: int | None = None, **kwargs: Any) -> None:
             skip_at = os.environ.get(SKIP_SYNC_ENV, "")
@@ -143,6 +150,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     import json
     import shlex
     import subprocess
+    import uuid
 
     from skillduet_plugin.runs.tiny_model import build_tiny
     from skillduet_plugin.testing import verl_cpu_run as base
@@ -155,8 +163,9 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     pythonpath = os.pathsep.join(p for p in [str(base.REPO), os.environ.get("PYTHONPATH", "")] if p)
     env = base.run_env(pythonpath, VERL_FILE_LOGGER_PATH=str(metrics))
     env.update(vllm_env(pythonpath))
+    env[RUN_TAG_ENV] = uuid.uuid4().hex[:12]
     env.update(extra_env or {})
-    to_workers = [k for k in (*VLLM_CPU_ENV, SKIP_SYNC_ENV) if env.get(k)]
+    to_workers = [k for k in (*VLLM_CPU_ENV, SKIP_SYNC_ENV, RUN_TAG_ENV) if env.get(k)]
     ray_env = [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={json.dumps(env[k])}" for k in to_workers]
     cmd = base.command(model_dir, train_file, str(out), steps=steps, stock=stock, save_freq=save_freq, env=env,
                        extra=[*VLLM_CPU_OVERRIDES, *ray_env, *overrides])

@@ -14,6 +14,7 @@ Imported only where vLLM runs (the replica's loader, the server actor, vLLM's wo
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
@@ -21,9 +22,21 @@ import ray
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
+from skillduet_plugin.testing.verl_vllm import RUN_TAG_ENV
+
+
+def tagged_zmq_handle(handle: str) -> str:
+    """verl names its weight-sync socket after the Ray job id, which is the same (``01000000``) in every local
+    Ray cluster: two runs on one machine would share a socket. A per-run tag (both sides) keeps them apart."""
+    tag = os.environ.get(RUN_TAG_ENV, "")
+    return handle[: -len(".sock")] + f"-{tag}.sock" if tag and handle.endswith(".sock") else handle
+
 
 class CPUWorkerExtension(vLLMColocateWorkerExtension):
     """verl's worker extension whose weight sync goes through vLLM's layerwise reload."""
+
+    def _get_zmq_handle(self) -> str:
+        return tagged_zmq_handle(super()._get_zmq_handle())
 
     def update_weights_from_ipc(self, *args: Any, **kwargs: Any) -> Any:
         from vllm.model_executor.model_loader import utils as loader_utils
@@ -56,4 +69,4 @@ class CPUvLLMReplica(vLLMReplica):
         self.server_class = ray.remote(CPUvLLMHttpServer)
 
 
-__all__ = ["CPUWorkerExtension", "CPUvLLMHttpServer", "CPUvLLMReplica"]
+__all__ = ["RUN_TAG_ENV", "CPUWorkerExtension", "CPUvLLMHttpServer", "CPUvLLMReplica", "tagged_zmq_handle"]

@@ -61,7 +61,7 @@ def test_skillduet_fit_on_verl_vllm_rollout_then_resume(tmp_path):
     resumed = _fit(tmp_path, "resumed", steps=3, save_freq=1, extra_env={SKIP_SYNC_ENV: "2"})
     assert sorted(resumed) == [3]
     newest = max(v for versions in saved.values() for v, _ in versions)
-    assert resumed[3]["skillduet/rollout_global_version"] == newest  # the checkpoint's Global was restored
+    assert resumed[3]["skillduet/rollout_global_version"] == newest  # step 3 prompts carry step 2's Global
     assert math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
     assert resumed[3][GAP] > 1e-3, "a skipped sync should leave the server on its start-up (dummy) weights"
     with pytest.raises(AssertionError, match="gap"):

@@ -17,9 +17,12 @@ replaced here, each for one reason:
   ``dtype=float32`` (the actor trains in fp32: a bf16 rollout would differ from it by bf16 rounding),
   ``enforce_eager=True`` (no CUDA graphs).
 
-``SKILLDUET_VLLM_SKIP_SYNC_AT=<k>`` makes the weight sync after step ``k`` send nothing (a negative control:
-the rollout-vs-actor gap of step ``k + 1`` then shows the stale weights); the sync still moves the server's
-weight version on.
+* verl names its weight-sync socket after the Ray job id, the same in every local Ray cluster: a per-run tag
+  (``SKILLDUET_VLLM_RUN_TAG``, set by :func:`run`) keeps two runs on one machine apart.
+
+``SKILLDUET_VLLM_SKIP_SYNC_AT=<k>`` makes the weight sync tagged global step ``k`` (the sync after step ``k``, or
+the start-up sync of a run resumed from step ``k``) send nothing, a negative control: the next step's
+rollout-vs-actor gap then shows the stale (or start-up dummy) weights; the server's weight version still moves on.
 
 Model: vLLM's CPU attention refuses head size 16, so runs use the ``tiny64`` preset of ``runs/tiny_model``.
 """

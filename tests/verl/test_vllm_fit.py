@@ -63,7 +63,7 @@ def test_skillduet_fit_on_verl_vllm_rollout_then_resume(tmp_path):
     newest = max(v for versions in saved.values() for v, _ in versions)
     assert resumed[3]["skillduet/rollout_global_version"] == newest  # step 3 prompts carry step 2's Global
     assert math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
-    assert resumed[3][GAP] > 1e-3, "a skipped sync should leave the server on its start-up (dummy) weights"
+    assert resumed[3][GAP] > 1e-5, "a skipped sync should leave the server on its start-up (dummy) weights"
     with pytest.raises(AssertionError, match="gap"):
         assert_rollout_synced(resumed, [3])
 

@@ -6,6 +6,7 @@
 # cpu_tiny_alfworld.sh otherwise (4 generated ALFWorld games x 2 episodes of 3 turns per step, offline analyzer
 # and synthesizer, a Global consolidation and a checkpoint every step) on the tiny offline model's `tiny64` shape
 # (vLLM's CPU attention refuses head size 16).
+# ~4.5 minutes on 2 cores at load 12-22 (2026-12-03); the vLLM engine start dominates.
 #
 #   bash recipes/cpu_vllm_alfworld.sh                            # 2 steps into ./skillduet_cpu_vllm
 #   OUT=/tmp/run STEPS=3 bash recipes/cpu_vllm_alfworld.sh       # a third step resumes from the last checkpoint

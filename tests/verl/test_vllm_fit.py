@@ -25,7 +25,7 @@ from skillduet_plugin.testing.verl_vllm import SKIP_SYNC_ENV, run  # noqa: E402
 from test_real_fit import GAP, _bank_globals, assert_rollout_synced, assert_server_logprobs_match  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT = 1800  # one fit took ~9 min at load 20-28 on 2 cores (engine start dominates)
+RUN_TIMEOUT = 1800  # one fit took ~9 min at load 20-28 on 2 cores (engine start dominates); the test 505 s at 16-31
 
 
 def _tail(path: Path, n: int = 6000) -> str:

@@ -41,6 +41,9 @@ SIZES: dict[str, dict[str, int]] = {
                   num_key_value_heads=2, head_dim=48),
     "base": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=6, num_attention_heads=8,
                  num_key_value_heads=4, head_dim=32),
+    # "tiny" with vLLM's CPU attention (head sizes 32, 64, 80, ...; 16 is refused): the verl + vLLM CPU runs
+    "tiny64": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                   num_key_value_heads=1, head_dim=64),
 }
 
 _OBJECTS = ("alarmclock apple bowl bread butterknife candle cd cellphone cloth creditcard cup dishsponge egg "

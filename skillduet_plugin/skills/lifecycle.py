@@ -9,6 +9,7 @@ bank) -> ``end_step`` (every ``consolidation_interval`` steps: a new Global vers
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 from pathlib import Path
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 SINGLE_SCOPE = "all"
 #: bank meta key holding the lifecycle's metric counters as of the last snapshot
 STATE_META_KEY = "lifecycle_state"
+#: synthesizer backends whose calls wait on a server: consolidation runs their scopes concurrently
+CONCURRENT_BACKENDS = ("openai",)
 
 
 def resolve_scope(kind: str, *, task_type: str, task_id: str) -> str:
@@ -330,15 +333,27 @@ class SkillLifecycle:
             return [ConsolidationReport(**dict(v.report, version=v.version)) for v in self.bank.history()
                     if v.step == step]
         last = self.bank.last_consolidation_step(step - 1)
-        reports: list[ConsolidationReport] = []
-        for scope in self.bank.candidate_scopes(since_step=last, until_step=step):
-            candidates = self.bank.candidates(scope=scope, since_step=last, until_step=step)
-            reports.append(consolidate_scope(
-                scope, candidates, self.bank.current_global(scope), step=step, selector=self.config.selector,
-                keep_ratio=self.config.keep_ratio, dedupe_threshold=self.config.dedupe_threshold,
-                seed=self.config.seed, budget_tokens=self.config.skill_token_budget, synthesizer=self.synthesizer,
-                tokenizer=self.tokenizer, max_chars=self.config.max_skill_chars,
-                special_tokens=self._special_tokens, similarity=self._similarity_fn()))
+        jobs = [(scope, self.bank.candidates(scope=scope, since_step=last, until_step=step),
+                 self.bank.current_global(scope))
+                for scope in self.bank.candidate_scopes(since_step=last, until_step=step)]
+        similarity, synthesizer = self._similarity_fn(), self.synthesizer
+
+        def consolidate(job: tuple[str, list[Skill], GlobalSkills]) -> ConsolidationReport:
+            return consolidate_scope(
+                job[0], job[1], job[2], step=step, selector=self.config.selector, keep_ratio=self.config.keep_ratio,
+                dedupe_threshold=self.config.dedupe_threshold, seed=self.config.seed,
+                budget_tokens=self.config.skill_token_budget, synthesizer=synthesizer, tokenizer=self.tokenizer,
+                max_chars=self.config.max_skill_chars, special_tokens=self._special_tokens, similarity=similarity)
+
+        workers = min(len(jobs), int(self.config.synthesizer.concurrency)) \
+            if getattr(synthesizer, "kind", "") in CONCURRENT_BACKENDS else 1
+        if workers > 1:
+            # Scopes are independent: a remote synthesizer answers one scope's merge and compress rounds while
+            # it works on the others', so the trainer waits about one scope's round trips, not one per scope.
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="skillduet-consolidate") as pool:
+                reports = list(pool.map(consolidate, jobs))
+        else:
+            reports = [consolidate(job) for job in jobs]
         versions = self.bank.commit_consolidation(step, [
             {"scope": r.scope, "items": r.items, "text": render_global(r.items), "selector": r.selector,
              "report": r.to_dict()} for r in reports])

@@ -89,6 +89,7 @@ class SkillLifecycle:
         self._chat_tokenizer: Any = None
         self._special_tokens = tokenizer_special_tokens(tokenizer)
         self._global_cache: dict[str, GlobalSkills] = {}
+        self._sections: dict[tuple[str, str, int], str] = {}
         self._counters = {"analyzer_failures": 0, "synthesizer_failures": 0, "rejected": 0, "local_extracted": 0,
                           "skipped_validation": 0, "consolidations": 0}
         self._last: dict[str, float] = {}
@@ -143,8 +144,18 @@ class SkillLifecycle:
         return g.text
 
     def _global_section(self, scope: str, global_version: int | None = None) -> str:
-        return skill_section(GLOBAL_HEADER, self._global_text(scope, global_version), self.config.skill_token_budget,
-                             self.tokenizer, self._special_tokens)
+        return self._section(GLOBAL_HEADER, self._global_text(scope, global_version), self.config.skill_token_budget)
+
+    def _section(self, header: str, text: str, budget: int) -> str:
+        """``inject.skill_section`` memoised: a step's 1,024 teacher prompts share a few Globals and one Local skill
+        per task group, and cutting a section to its budget costs tokenizer calls."""
+        key = (header, text, budget)
+        section = self._sections.get(key)
+        if section is None:
+            if len(self._sections) >= 4096:
+                self._sections.clear()
+            section = self._sections[key] = skill_section(header, text, budget, self.tokenizer, self._special_tokens)
+        return section
 
     def student_messages(self, prompt_messages: list[dict[str, str]], *, task: str,
                          scope: str, global_version: int | None = None) -> list[dict[str, str]]:
@@ -157,8 +168,7 @@ class SkillLifecycle:
     def teacher_messages(self, prompt_messages: list[dict[str, str]], *, task: str, scope: str,
                          local_skill: Skill, global_version: int | None = None) -> list[dict[str, str]]:
         """The OPD teacher prompt: the student prompt plus ``local_skill`` right after the Global section."""
-        local = skill_section(LOCAL_HEADER, local_skill.text, self.config.local_skill_token_budget,
-                              self.tokenizer, self._special_tokens)
+        local = self._section(LOCAL_HEADER, local_skill.text, self.config.local_skill_token_budget)
         return insert_sections(prompt_messages, [self._global_section(scope, global_version), local], task=task,
                                position=self.config.skill_position)
 

@@ -100,6 +100,16 @@ def _since(start: tuple[float, float]) -> tuple[float, float]:
     return round(wall - start[0], 4), round(cpu - start[1], 4)
 
 
+def _exchange_tokens(requests, answers, tokenizer) -> dict:
+    """Mean analyzer input (all messages) and output tokens of a step's requests."""
+    from skillduet_plugin.skills.budget import count_tokens
+
+    ins = [sum(count_tokens(m["content"], tokenizer) for m in r.messages) for r in requests]
+    outs = [count_tokens(a, tokenizer) for a in answers if a]
+    return {"analyzer_in_tokens_mean": statistics.mean(ins) if ins else 0.0,
+            "analyzer_out_tokens_mean": statistics.mean(outs) if outs else 0.0}
+
+
 def run_steps(lifecycle, maker: StepMaker, w: dict, url: str) -> list[dict]:
     """The lifecycle's per-step work for ``w["steps"]`` steps; one record of timings and sizes per step."""
     import torch
@@ -119,10 +129,13 @@ def run_steps(lifecycle, maker: StepMaker, w: dict, url: str) -> list[dict]:
 
     def timed_generate(requests):  # the HTTP part of analyze(): the rest is rendering the trajectories
         start = time.perf_counter()
+        answers = None
         try:
-            return generate(requests)
+            answers = generate(requests)
+            return answers
         finally:
             calls["wall"] += time.perf_counter() - start
+            calls["exchanges"] = (requests, answers or [])  # sized after the step's timings, not within them
 
     lifecycle.analyzer.generate = timed_generate
     chat = lifecycle.chat_tokenizer()
@@ -137,6 +150,7 @@ def run_steps(lifecycle, maker: StepMaker, w: dict, url: str) -> list[dict]:
         result, stats = lifecycle.analyze(trajs, step)
         rec["analyze_wall_s"], rec["analyze_cpu_s"] = _since(t)
         rec["calls_wall_s"] = round(calls["wall"], 4)
+        rec.update(_exchange_tokens(*calls.pop("exchanges", ([], [])), lifecycle.tokenizer))
         rec.update(requests=stats.requests, max_inflight=_llm_server.stats(url)["max_inflight"],
                    retries=lifecycle.analyzer.retries - retries0, failures=lifecycle.analyzer.failures - failures0)
         t = _clock()
@@ -200,6 +214,8 @@ def summarise(records: list[dict], latency_median: float) -> dict:
             "student_prompt_tokens_mean": med("student_prompt_tokens_mean"),
             "teacher_prompt_tokens_mean": med("teacher_prompt_tokens_mean"),
             "completion_tokens_mean": med("completion_tokens_mean"), "policy_tokens_mean": med("policy_tokens_mean"),
+            "analyzer_in_tokens_mean": med("analyzer_in_tokens_mean"),
+            "analyzer_out_tokens_mean": med("analyzer_out_tokens_mean"),
             "consolidation_wall_s": [r["end_step_wall_s"] for r in records if r.get("consolidation")],
             "consolidation_cpu_s": [r["end_step_cpu_s"] for r in records if r.get("consolidation")],
             "consolidation_candidates": [sum(c["candidates"] for c in r["consolidation"])

@@ -221,6 +221,7 @@ def test_lifecycle_scale_smoke_reports_every_part():
     steps = data["per_step"]
     assert len(data["steps"]) == data["workload"]["steps"] and steps["requests"] > 0 and steps["skills"] > 0
     assert steps["max_inflight"] > 1 and steps["scoring_rows"] > 0 and steps["consolidation_cpu_s"]
+    assert steps["analyzer_in_tokens_mean"] > steps["analyzer_out_tokens_mean"] > 0
     assert 0 < steps["global_tokens_max"] <= steps["global_budget"]
     assert data["near_duplicate_decisions_identical"] is True
     assert all(d["identical_to_loop"] and d["near_duplicates"] > 0 for d in data["consolidation_scale"])

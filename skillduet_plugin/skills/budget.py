@@ -5,7 +5,12 @@ Budgets apply to skill text only; task text and observations are never cut.
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Sequence
+
+# A fast tokenizer may raise "Already borrowed" when two threads call it at once (consolidation runs scopes on
+# threads): one call at a time. Counting is CPU-bound, so the lock costs no parallelism worth having.
+_TOKENIZER_LOCK = threading.RLock()
 
 
 def count_tokens(text: str, tokenizer: Any = None) -> int:
@@ -14,7 +19,19 @@ def count_tokens(text: str, tokenizer: Any = None) -> int:
         return 0
     if tokenizer is None:
         return len(text.split())
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    with _TOKENIZER_LOCK:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def count_tokens_many(texts: Sequence[str], tokenizer: Any = None) -> list[int]:
+    """``[count_tokens(t, tokenizer) for t in texts]`` with one tokenizer call for all of them (a call has a
+    fixed cost that dominates short texts such as the lines of a rendered trajectory)."""
+    if tokenizer is None:
+        return [count_tokens(t) for t in texts]
+    nonempty = [t for t in texts if t]
+    with _TOKENIZER_LOCK:
+        ids = iter(tokenizer(nonempty, add_special_tokens=False)["input_ids"] if nonempty else [])
+    return [len(next(ids)) if t else 0 for t in texts]
 
 
 def truncate_lines(text: str, budget: int, tokenizer: Any = None) -> tuple[str, int]:

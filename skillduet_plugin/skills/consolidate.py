@@ -20,6 +20,7 @@ from skillduet_plugin.llm.base import ChatRequest
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
 from skillduet_plugin.skills.prompts import render as render_prompt
 from skillduet_plugin.skills.sanitize import cap_length, degenerate_reason, parse_global_answer, strip_control_tokens
+from skillduet_plugin.skills.near_duplicates import first_near_duplicates
 from skillduet_plugin.skills.similarity import SimilarityFn, lexical_matrix
 from skillduet_plugin.skills.types import GlobalSkills, Skill, normalize_text
 
@@ -93,16 +94,35 @@ def dedupe(candidates: Sequence[Skill], *, selector: str, threshold: float,
         exact.append(s)
     if len(exact) < 2:
         return exact, rejected
-    sims = (similarity or lexical_matrix)([s.text for s in exact])
+    if similarity is None:
+        # The lexical similarity, vectorised: thousands of candidates since the last consolidation are
+        # O(n^2) pairs, too many for a Python loop per pair; the decisions are the loop's below.
+        matches = first_near_duplicates([s.text for s in exact], threshold)
+    else:
+        matches = _greedy_matches(similarity([s.text for s in exact]), threshold)
     kept_idx: list[int] = []
-    for i, s in enumerate(exact):
-        best = max(kept_idx, key=lambda j: sims[i][j], default=None)
-        if best is not None and sims[i][best] >= threshold:
-            rejected.append({"skill_id": s.skill_id, "reason": "near_duplicate",
-                             "detail": f"similarity {sims[i][best]:.3f} to {exact[best].skill_id}"})
+    for i, best, sim in matches:
+        if best is not None:
+            rejected.append({"skill_id": exact[i].skill_id, "reason": "near_duplicate",
+                             "detail": f"similarity {sim:.3f} to {exact[best].skill_id}"})
             continue
         kept_idx.append(i)
     return [exact[i] for i in kept_idx], rejected
+
+
+def _greedy_matches(sims: Sequence[Sequence[float]], threshold: float) -> list[tuple[int, int | None, float]]:
+    """``(i, j, sims[i][j])`` with ``j`` the most similar earlier kept item when it reaches ``threshold`` (then
+    ``i`` is not kept), else ``(i, None, 0.0)``; see ``near_duplicates.first_near_duplicates``."""
+    out: list[tuple[int, int | None, float]] = []
+    kept_idx: list[int] = []
+    for i in range(len(sims)):
+        best = max(kept_idx, key=lambda j: sims[i][j], default=None)
+        if best is not None and sims[i][best] >= threshold:
+            out.append((i, best, float(sims[i][best])))
+        else:
+            kept_idx.append(i)
+            out.append((i, None, 0.0))
+    return out
 
 
 def select(unique: Sequence[Skill], *, selector: str, keep_ratio: float, seed: int, step: int,

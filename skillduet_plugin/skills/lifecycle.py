@@ -9,6 +9,7 @@ bank) -> ``end_step`` (every ``consolidation_interval`` steps: a new Global vers
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 from pathlib import Path
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 #: bank meta key holding the lifecycle's metric counters as of the last snapshot
 STATE_META_KEY = "lifecycle_state"
+#: synthesizer backends whose calls wait on a server: consolidation runs their scopes concurrently
+CONCURRENT_BACKENDS = ("openai",)
 
 
 #: The scope key of a task under ``config.scope`` (the one table of scope kinds is ``core.names.SCOPE_KEYS``).
@@ -79,6 +82,7 @@ class SkillLifecycle:
         self._chat_tokenizer: Any = None
         self._special_tokens = tokenizer_special_tokens(tokenizer)
         self._global_cache: dict[str, GlobalSkills] = {}
+        self._sections: dict[tuple[str, str, int], str] = {}
         self._counters = {"analyzer_failures": 0, "synthesizer_failures": 0, "rejected": 0, "local_extracted": 0,
                           "skipped_validation": 0, "consolidations": 0}
         self._last: dict[str, float] = {}
@@ -133,8 +137,18 @@ class SkillLifecycle:
         return g.text
 
     def _global_section(self, scope: str, global_version: int | None = None) -> str:
-        return skill_section(GLOBAL_HEADER, self._global_text(scope, global_version), self.config.skill_token_budget,
-                             self.tokenizer, self._special_tokens)
+        return self._section(GLOBAL_HEADER, self._global_text(scope, global_version), self.config.skill_token_budget)
+
+    def _section(self, header: str, text: str, budget: int) -> str:
+        """``inject.skill_section`` memoised: a step's 1,024 teacher prompts share a few Globals and one Local skill
+        per task group, and cutting a section to its budget costs tokenizer calls."""
+        key = (header, text, budget)
+        section = self._sections.get(key)
+        if section is None:
+            if len(self._sections) >= 4096:
+                self._sections.clear()
+            section = self._sections[key] = skill_section(header, text, budget, self.tokenizer, self._special_tokens)
+        return section
 
     def student_messages(self, prompt_messages: list[dict[str, str]], *, task: str,
                          scope: str, global_version: int | None = None) -> list[dict[str, str]]:
@@ -147,8 +161,7 @@ class SkillLifecycle:
     def teacher_messages(self, prompt_messages: list[dict[str, str]], *, task: str, scope: str,
                          local_skill: Skill, global_version: int | None = None) -> list[dict[str, str]]:
         """The OPD teacher prompt: the student prompt plus ``local_skill`` right after the Global section."""
-        local = skill_section(LOCAL_HEADER, local_skill.text, self.config.local_skill_token_budget,
-                              self.tokenizer, self._special_tokens)
+        local = self._section(LOCAL_HEADER, local_skill.text, self.config.local_skill_token_budget)
         return insert_sections(prompt_messages, [self._global_section(scope, global_version), local], task=task,
                                position=self.config.skill_position)
 
@@ -323,15 +336,27 @@ class SkillLifecycle:
             return [ConsolidationReport(**dict(v.report, version=v.version)) for v in self.bank.history()
                     if v.step == step]
         last = self.bank.last_consolidation_step(step - 1)
-        reports: list[ConsolidationReport] = []
-        for scope in self.bank.candidate_scopes(since_step=last, until_step=step):
-            candidates = self.bank.candidates(scope=scope, since_step=last, until_step=step)
-            reports.append(consolidate_scope(
-                scope, candidates, self.bank.current_global(scope), step=step, selector=self.config.selector,
-                keep_ratio=self.config.keep_ratio, dedupe_threshold=self.config.dedupe_threshold,
-                seed=self.config.seed, budget_tokens=self.config.skill_token_budget, synthesizer=self.synthesizer,
-                tokenizer=self.tokenizer, max_chars=self.config.max_skill_chars,
-                special_tokens=self._special_tokens, similarity=self._similarity_fn()))
+        jobs = [(scope, self.bank.candidates(scope=scope, since_step=last, until_step=step),
+                 self.bank.current_global(scope))
+                for scope in self.bank.candidate_scopes(since_step=last, until_step=step)]
+        similarity, synthesizer = self._similarity_fn(), self.synthesizer
+
+        def consolidate(job: tuple[str, list[Skill], GlobalSkills]) -> ConsolidationReport:
+            return consolidate_scope(
+                job[0], job[1], job[2], step=step, selector=self.config.selector, keep_ratio=self.config.keep_ratio,
+                dedupe_threshold=self.config.dedupe_threshold, seed=self.config.seed,
+                budget_tokens=self.config.skill_token_budget, synthesizer=synthesizer, tokenizer=self.tokenizer,
+                max_chars=self.config.max_skill_chars, special_tokens=self._special_tokens, similarity=similarity)
+
+        workers = min(len(jobs), int(self.config.synthesizer.concurrency)) \
+            if getattr(synthesizer, "kind", "") in CONCURRENT_BACKENDS else 1
+        if workers > 1:
+            # Scopes are independent: a remote synthesizer answers one scope's merge and compress rounds while
+            # it works on the others', so the trainer waits about one scope's round trips, not one per scope.
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="skillduet-consolidate") as pool:
+                reports = list(pool.map(consolidate, jobs))
+        else:
+            reports = [consolidate(job) for job in jobs]
         versions = self.bank.commit_consolidation(step, [
             {"scope": r.scope, "items": r.items, "text": render_global(r.items), "selector": r.selector,
              "report": r.to_dict()} for r in reports])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from skillduet_plugin.skills.budget import count_tokens
+from skillduet_plugin.skills.budget import count_tokens_many
 from skillduet_plugin.skills.types import Trajectory
 
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
@@ -78,18 +78,20 @@ def render_trajectory(traj: Trajectory, budget_tokens: int = DEFAULT_RENDER_TOKE
     outcome = f"Outcome: {'success' if traj.success else 'failure'} (reward {traj.reward:g})"
     initial = str((traj.metadata or {}).get("initial_observation") or "")
     opening = [f"Initial observation: {_clip(initial)}"] if initial else []
-    used = count_tokens(outcome, tokenizer) + sum(count_tokens(x, tokenizer) + 1 for x in opening)
-    total = used + sum(count_tokens(line, tokenizer) + 1 for line in lines)
+    counts = count_tokens_many([outcome] + opening + lines, tokenizer)  # one tokenizer call per trajectory
+    line_tokens = counts[1 + len(opening):]
+    used = counts[0] + sum(c + 1 for c in counts[1:1 + len(opening)])
+    total = used + sum(c + 1 for c in line_tokens)
     # Over budget: reserve room for the first turn (the agent's opening move) and the marker, when they fit
     # next to at least the last turn; then take turns from the end.
     reserve = 0
     if total > budget_tokens and n > 1:
-        first_cost = count_tokens(lines[0], tokenizer) + 1 + 8
-        if used + first_cost + count_tokens(lines[-1], tokenizer) + 1 <= budget_tokens:
+        first_cost = line_tokens[0] + 1 + 8
+        if used + first_cost + line_tokens[-1] + 1 <= budget_tokens:
             reserve = first_cost
     tail: list[str] = []
-    for line in reversed(lines):
-        cost = count_tokens(line, tokenizer) + 1
+    for line, tokens in zip(reversed(lines), reversed(line_tokens)):
+        cost = tokens + 1
         if tail and used + reserve + cost > budget_tokens:
             break
         tail.insert(0, line)

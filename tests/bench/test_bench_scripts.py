@@ -176,3 +176,54 @@ def test_webshop_decisions_kinds_by_hand_and_a_probe_end_to_end(tmp_path):
     assert all(a <= b for a, b in counts.values())
     assert sum(a for a, _ in counts.values()) < sum(b for _, b in counts.values())  # untrained: not all right
     assert out["greedy_play"]["goals"] == 3 and 0 <= out["greedy_play"]["mean_score"] <= 1
+
+
+def test_loopback_llm_server_answers_by_kind_bounds_requests_and_stops_itself():
+    import time
+    import urllib.error
+    import urllib.request
+
+    from bench import _llm_server
+
+    proc, url = _llm_server.start(latency=0.0, fail=0.0, max_requests=2, idle_s=1.0)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def post(content: str) -> tuple[int, str]:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": content}]}).encode()
+        req = urllib.request.Request(url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with opener.open(req, timeout=10) as response:
+                return response.status, json.loads(response.read())["choices"][0]["message"]["content"]
+        except urllib.error.HTTPError as exc:
+            return exc.code, ""
+
+    try:
+        status, skill = post("Task: put a mug in the cabinet.\n## Successful attempt\n...")
+        assert status == 200 and skill.startswith("<skill>\n- ")
+        status, merged = post("## Current skill set\n- a\n\n## New skills\n### Skill 1\n- b\n- c")
+        assert status == 200 and merged == "<global>\n- a\n- b\n</global>"
+        assert post("Task: one more")[0] == 503  # the request bound
+        assert _llm_server.stats(url)["refused"] == 1
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() == 0  # idle for idle_s: it stopped by itself
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_lifecycle_scale_smoke_reports_every_part():
+    last, data = _run("lifecycle_scale")
+    value = _headline(last, "analyzer_wall_over_one_call")
+    assert value > 0 and value == pytest.approx(data["analyzer_wall_over_one_call"], rel=5e-3)
+    steps = data["per_step"]
+    assert len(data["steps"]) == data["workload"]["steps"] and steps["requests"] > 0 and steps["skills"] > 0
+    assert steps["max_inflight"] > 1 and steps["scoring_rows"] > 0 and steps["consolidation_cpu_s"]
+    assert steps["analyzer_in_tokens_mean"] > steps["analyzer_out_tokens_mean"] > 0
+    assert 0 < steps["global_tokens_max"] <= steps["global_budget"]
+    assert data["near_duplicate_decisions_identical"] is True
+    assert all(d["identical_to_loop"] and d["near_duplicates"] > 0 for d in data["consolidation_scale"])
+    assert data["bank"]["rows"] == data["workload"]["bank_steps"] * data["workload"]["bank_rows"]
+    assert data["peak_rss_mb"] > 0

@@ -137,3 +137,36 @@ def test_groups_extracted_apart_and_merged_equal_one_extraction_of_the_step():
     assert merged_stats == whole_stats
     # negative control: concatenating the parts without merging keeps the shared advice twice
     assert sum(len(p.skills) for p, _ in parts) == len(whole.skills) + 1
+
+
+def test_render_counts_all_lines_in_one_tokenizer_call_with_the_same_result(tiny_tokenizer):
+    from skillduet_plugin.skills.budget import count_tokens, count_tokens_many
+    from skillduet_plugin.skills.render import render_trajectory
+
+    class OneAtATime:  # the tokenizer, but a list is encoded text by text: what per-line counting computed
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            self.calls += 1
+            if isinstance(text, list):
+                return {"input_ids": [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in text]}
+            return tiny_tokenizer(text, add_special_tokens=False)
+
+    texts = ["Step 1. Action: go to fridge 1", "", "Observation: You see a mug 2 and an apple 1."]
+    assert count_tokens_many(texts, tiny_tokenizer) == [count_tokens(t, tiny_tokenizer) for t in texts]
+    assert count_tokens_many(texts) == [count_tokens(t) for t in texts]
+    assert count_tokens_many([], tiny_tokenizer) == [] and count_tokens_many([""], tiny_tokenizer) == [0]
+    from skillduet_plugin.skills.types import Trajectory
+
+    traj = Trajectory(traj_id="0-t-0", task_id="t", scope="s", task="cool a mug.", success=False,
+                      messages=[{"role": "user", "content": "You are in a room."}]
+                      + [m for i in range(12) for m in (
+                          {"role": "assistant", "content": f"<action>go to shelf {i}</action>"},
+                          {"role": "user", "content": f"You arrive at shelf {i}. " * 5})])
+    for budget in (3000, 120, 60, 25):
+        counting = OneAtATime()
+        text = render_trajectory(traj, budget, counting)
+        assert text == render_trajectory(traj, budget, tiny_tokenizer)
+        assert counting.calls == 1  # one call per trajectory, not one per line
+    assert "omitted" in render_trajectory(traj, 60, tiny_tokenizer)  # the budgets above do cut turns

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pytest
 import torch
@@ -218,3 +220,65 @@ def test_score_without_recording_returns_the_same_scores_and_writes_nothing(tmp_
     assert dry == recorded and any(v["strength"] for v in dry.values())
     assert all(s.scores["strength"] is not None for s in lc.bank.candidates() if recorded[s.skill_id]["strength"])
     assert lc.metrics()["skills/strength_mean"] > 0
+
+
+class _RemoteSynthesizer(FakeBackend):
+    """A synthesizer that waits like a server: counts how many calls are in flight at once."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.inflight = self.max_inflight = 0
+        self.lock = threading.Lock()
+
+    def generate(self, requests):
+        with self.lock:
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            time.sleep(0.3)
+            return super().generate(requests)
+        finally:
+            with self.lock:
+                self.inflight -= 1
+
+
+def test_scopes_consolidate_concurrently_on_a_remote_synthesizer_with_the_same_globals(tmp_path, tiny_tokenizer):
+    results = {}
+    for kind in ("openai", "offline"):  # offline: one scope after another (the reference)
+        cfg = SkillDuetConfig(consolidation_interval=2, skill_token_budget=400)
+        synthesizer = _RemoteSynthesizer(kind)
+        lc = SkillLifecycle(cfg, tmp_path / kind / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=FakeBackend(),
+                            synthesizer=synthesizer, similarity=None)
+        reports = _run(lc, ChatTokenizer(tiny_tokenizer), [1, 2])[1][1]
+        results[kind] = ([r.to_dict() for r in reports], synthesizer.max_inflight)
+        lc.close()
+    assert results["openai"][0] == results["offline"][0]  # same reports, same order
+    assert [r["scope"] for r in results["openai"][0]] == ["clean", "heat"]
+    assert results["openai"][1] == 2 and results["offline"][1] == 1  # two scopes in flight vs one at a time
+
+
+def test_teacher_prompts_of_a_group_cut_each_section_once(tmp_path, tiny_tokenizer, monkeypatch):
+    import skillduet_plugin.skills.lifecycle as lifecycle_module
+    from skillduet_plugin.skills.inject import skill_section
+    from skillduet_plugin.skills.types import Skill
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[:2])
+        return skill_section(*args, **kwargs)
+
+    monkeypatch.setattr(lifecycle_module, "skill_section", counting)
+    cfg = SkillDuetConfig(local_skill_token_budget=12)
+    lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=FakeBackend(),
+                        synthesizer=FakeBackend(), similarity=None)
+    skill = Skill(text="- Open the fridge before you look inside.\n- Then take the apple and cool it quickly.",
+                  scope="cool", kind="shared")
+    prompt = [{"role": "user", "content": "Your task is to: cool an apple."}]
+    first = lc.teacher_messages(prompt, task="cool an apple.", scope="cool", local_skill=skill)
+    again = [lc.teacher_messages(prompt, task="cool an apple.", scope="cool", local_skill=skill) for _ in range(7)]
+    assert all(m == first for m in again) and len(calls) == 2  # the Global (empty here) and the Local, once each
+    cut = skill_section("### Local", skill.text, 12, tiny_tokenizer)  # negative control: the budget does cut
+    assert cut != skill_section("### Local", skill.text, 1000, tiny_tokenizer)
+    lc.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skillduet_plugin.skills.extract import choose_pair, extract_local, plan_jobs
+from skillduet_plugin.skills.extract import cap_jobs, choose_pair, extract_local, plan_jobs
 from skillduet_plugin.skills.prompts import TEMPLATE_NAMES, load_template
 from skillduet_plugin.skills.render import ELISION_MARKER, render_trajectory
 
@@ -137,3 +137,30 @@ def test_groups_extracted_apart_and_merged_equal_one_extraction_of_the_step():
     assert merged_stats == whole_stats
     # negative control: concatenating the parts without merging keeps the shared advice twice
     assert sum(len(p.skills) for p, _ in parts) == len(whole.skills) + 1
+
+
+def test_every_request_asks_for_the_local_reply_budget():
+    trajs = [make_traj("s1", success=True), make_traj("f1"), make_traj("a1", "tA", success=True)]
+    backend = FakeBackend()
+    extract_local(trajs, 1, backend, max_chars=2000, reply_tokens=96)
+    assert [r.max_tokens for r in backend.batches[0]] == [96, 96]
+    backend = FakeBackend()
+    extract_local(trajs, 1, backend, max_chars=2000)
+    assert [r.max_tokens for r in backend.batches[0]] == [None, None]  # no budget given: the backend's cap
+
+
+def test_request_cap_takes_jobs_round_robin_over_groups_and_counts_the_rest():
+    # group tA: 3 procedures, group tB: 1 shared, group tC: 2 corrections -> 6 jobs
+    trajs = [make_traj(f"a{i}", "tA", success=True) for i in range(3)]
+    trajs += [make_traj("b1", "tB", success=True), make_traj("b2", "tB")]
+    trajs += [make_traj("c1", "tC"), make_traj("c2", "tC")]
+    jobs, _ = plan_jobs(trajs)
+    assert len(jobs) == 6
+    kept, dropped = cap_jobs(jobs, 4)
+    # every group's first job, then the second of the first group with one: plan order kept
+    assert [j.sources for j in kept] == [("a0",), ("a1",), ("b1", "b2"), ("c1",)] and dropped == 2
+    assert cap_jobs(jobs, 0) == (jobs, 0) and cap_jobs(jobs, 6) == (jobs, 0)
+    backend = FakeBackend()
+    result, stats = extract_local(trajs, 1, backend, max_chars=2000, max_requests=4)
+    assert len(backend.batches[0]) == 4 and stats.requests == 4 and stats.capped == 2
+    assert set(result.assignment) == {"a0", "a1", "b1", "b2", "c1"}  # a2 and c2 wait for another step

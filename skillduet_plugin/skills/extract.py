@@ -168,7 +168,8 @@ def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *
             result.failures += 1
             result.rejected.append(("backend_failed", f"{job.kind} skill of {','.join(job.sources)}"))
             continue
-        text, reason = sanitize_skill(parse_skill_answer(answer), max_chars, special_tokens)
+        prompt = "\n".join(m.get("content", "") for m in job.request.messages)
+        text, reason = sanitize_skill(parse_skill_answer(answer, prompt), max_chars, special_tokens)
         if text is None:
             result.rejected.append((str(reason), f"{job.kind} skill of {','.join(job.sources)}"))
             continue

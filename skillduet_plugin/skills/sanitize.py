@@ -52,9 +52,9 @@ _GLOBAL_TAG = re.compile(r"<global>(.*?)(?:</global>|$)", re.DOTALL | re.IGNOREC
 _ECHO_LINE = re.compile(r"^\s*(?:Step \d+\. Action:|(?:Initial )?Observation:|Outcome: (?:success|failure)\b|Task:"
                         r"|\[\.\.\. \d+ middle turn|#{1,6}\s*(?:Successful|Failed) attempt\b"
                         r"|#{1,6}\s*(?:Current skill set|New skills|Items)\s*$)", re.IGNORECASE)
-# The prompts' answer-form example ("- first thing to do or check"), copied back as it stands.
-_PLACEHOLDER = re.compile(r"^\s*[-*]?\s*(?:first thing to do or check|next thing to do|first item|next item)\s*$",
-                          re.IGNORECASE)
+# The prompts' answer-form example ("- (first thing to do or check)"), copied back as it stands.
+_PLACEHOLDER = re.compile(r"^\s*[-*]?\s*\((?:first thing to do or check|next thing to do|most important item|next item)"
+                          r"\)\s*$", re.IGNORECASE)
 # A markdown heading line ("### Skill 3", "### New skill set"): structure, not an item of advice.
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
@@ -182,12 +182,15 @@ def sanitize_skill(text: str | bytes | None, max_chars: int,
     return clean, None
 
 
-def parse_skill_answer(answer: str | None) -> str | None:
+def parse_skill_answer(answer: str | None, prompt: str | None = None) -> str | None:
     """The skill text of an analyzer answer: inside ``<skill>...</skill>``; without tags, the whole answer
-    (minus any ``<think>`` block). None when the backend failed."""
+    (minus any ``<think>`` block). None when the backend failed. With ``prompt`` (the request's text), lines
+    copied from it are dropped (:func:`drop_copied_lines`)."""
     if answer is None:
         return None
     body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS], wrap=False))
+    if prompt:
+        body = drop_copied_lines(body, prompt)
     found = ["\n".join(ln for ln in m.group(1).strip().splitlines() if not _PLACEHOLDER.match(ln)).strip()
              for m in _SKILL_TAG.finditer(body)]
     found = [f for f in found if f]
@@ -197,6 +200,24 @@ def parse_skill_answer(answer: str | None) -> str | None:
     # trajectory and repeat their last sentence until the token budget runs out).
     return "\n".join(_distinct(line for line in body.splitlines()
                                if not _ECHO_LINE.match(line) and not _PLACEHOLDER.match(line))).strip()
+
+
+#: a reply line whose first this-many words stand verbatim in the prompt is copied, not written
+COPIED_WORDS = 8
+
+
+def drop_copied_lines(text: str, prompt: str) -> str:
+    """``text`` without the lines whose first :data:`COPIED_WORDS` words appear verbatim (case- and
+    punctuation-insensitive) in ``prompt``: a small analyzer copies the trajectory's observations and the task
+    line back instead of writing advice; advice is the analyzer's own words."""
+    haystack = " " + " ".join(_WORD.findall(prompt.lower())) + " "
+    kept = []
+    for line in text.splitlines():
+        words = _WORD.findall(line.lower())
+        if len(words) >= COPIED_WORDS and " " + " ".join(words[:COPIED_WORDS]) + " " in haystack:
+            continue
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def _distinct(lines: Iterable[str]) -> list[str]:

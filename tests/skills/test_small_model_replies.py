@@ -58,8 +58,34 @@ def test_headings_are_not_global_items():
 
 
 def test_the_prompts_answer_form_example_copied_back_is_dropped():
-    copied = "<skill>\n- first thing to do or check\n- next thing to do\n</skill>"
+    copied = "<skill>\n- (first thing to do or check)\n- (next thing to do)\n</skill>"
     assert sanitize_skill(parse_skill_answer(copied), 2000) == (None, "empty")
-    mixed = "<skill>\n- first thing to do or check\n- Go to the sink before you take the knife.\n</skill>"
+    mixed = "<skill>\n- (first thing to do or check)\n- Go to the sink before you take the knife.\n</skill>"
     assert parse_skill_answer(mixed) == "- Go to the sink before you take the knife."
-    assert parse_global_answer("<global>\n- first item\n- Open it.\n- next item\n</global>") == ["Open it."]
+    assert parse_global_answer("<global>\n- (most important item)\n- Open it.\n- (next item)\n</global>") == ["Open it."]
+    assert parse_global_answer("<global>\n- first item\n</global>") == ["first item"]  # only the form's own words
+
+
+# local_correction replies of the `skillduet train` run against the server (ALFWorld, step 1): the initial
+# observation and the task line copied back, the first with its list garbled
+OBSERVATION = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a desk 1, a drawer "
+               "1, a drawer 2, a dresser 1, and a sinkbasin 1.")
+PROMPT = (f"Task: put some plate on dresser.\n\n## Failed attempt\nInitial observation: {OBSERVATION}\n\nYour task "
+          "is to: put some plate on dresser.\nStep 1. Action: go to desk 1\nObservation: On the desk 1, you see a "
+          "pen 1.\nOutcome: failure (reward 0)")
+COPIED = [
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a desk 1, a drawer 1, a "
+    "drawer 2, a drawer 1, a dresser 1, and a sinkbasin 1.\n\nYour task is to put some plate on dresser.",
+    "You are in the middle of a room. Looking quickly around you, you see a coffee.\n\nYou are in the middle of a "
+    "room. Looking quickly around you, you see a bread.\n\nYou are in the middle of a room. Looking quickly around",
+]
+
+
+def test_lines_copied_from_the_prompt_are_not_a_skill():
+    for reply in COPIED:
+        assert sanitize_skill(parse_skill_answer(reply, PROMPT), 2000)[0] is None
+        assert sanitize_skill(parse_skill_answer(reply), 2000)[0] is not None  # negative control: no prompt given
+    own = "Check the dresser before you go to the desk.\nYou are in the middle of a room. Looking quickly around"
+    assert parse_skill_answer(own, PROMPT) == "Check the dresser before you go to the desk."
+    # short lines and lines that only start like the prompt stay: the rule needs 8 words in a row
+    assert parse_skill_answer("Put the plate on the dresser.", PROMPT) == "Put the plate on the dresser."

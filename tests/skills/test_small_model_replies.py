@@ -62,7 +62,8 @@ def test_the_prompts_answer_form_example_copied_back_is_dropped():
     assert sanitize_skill(parse_skill_answer(copied), 2000) == (None, "empty")
     mixed = "<skill>\n- (first thing to do or check)\n- Go to the sink before you take the knife.\n</skill>"
     assert parse_skill_answer(mixed) == "- Go to the sink before you take the knife."
-    assert parse_global_answer("<global>\n- (most important item)\n- Open it.\n- (next item)\n</global>") == ["Open it."]
+    form = "<global>\n- (most important item)\n- Open it.\n- (next item)\n</global>"
+    assert parse_global_answer(form) == ["Open it."]
     assert parse_global_answer("<global>\n- first item\n</global>") == ["first item"]  # only the form's own words
 
 

@@ -36,7 +36,8 @@ def server(tmp_path_factory):
 def _backend(server, role: str) -> list[str]:
     # timeout generous for a loaded machine: a reply that is late is lost (timeouts are final), never resent
     return [f"skillduet.{role}.kind=openai", f"skillduet.{role}.base_url={server.base_url}",
-            f"skillduet.{role}.model=smollm2", f"skillduet.{role}.timeout_s=900", f"skillduet.{role}.concurrency=4"]
+            f"skillduet.{role}.model=smollm2", f"skillduet.{role}.timeout_s=900", f"skillduet.{role}.concurrency=4",
+            f"skillduet.{role}.temperature=0"]
 
 
 def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_path, monkeypatch, capsys):
@@ -44,7 +45,18 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     from skillduet_plugin.skills.bank import SkillBank
     from skillduet_plugin.skills.consolidate import skill_as_item
 
+    from skillduet_plugin.llm.openai_backend import OpenAIBackend
+
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
+    replies: list[tuple[str, str]] = []  # (role, raw reply) as the server sent them
+    complete = OpenAIBackend._complete
+
+    async def recording(self, request):
+        text = await complete(self, request)
+        replies.append((self.role, text))
+        return text
+
+    monkeypatch.setattr(OpenAIBackend, "_complete", recording)
     out = tmp_path / "run"
     before = server.metric("vllm:request_success_total")
     code = main(["train", f"data_dir={games}", "model=tiny", "steps=2", "tasks_per_step=1", "num_generations=2",
@@ -54,6 +66,9 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     assert code == 0
     capsys.readouterr()
     served = server.metric("vllm:request_success_total") - before
+    with capsys.disabled():
+        for role, text in replies:
+            print(f"{role} reply: {text!r}")
 
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "event" not in r]
@@ -69,7 +84,7 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
               f"startup {server.startup_s:.0f}s")
 
     # the Local skills are the server's replies: every answered request is a completed server request
-    assert requests >= 1 and answered >= 1 and served >= answered
+    assert requests >= 1 and answered >= 1 and served >= len(replies) >= answered
     assert last.get("skills/analyzer_completion_tokens", 0) > 0  # counted from the server's usage field
     assert 0.0 <= last["skills/analyzer_parse_failure_rate"] <= 1.0
     bank = SkillBank(out / "skill_bank.sqlite", readonly=True)

@@ -104,6 +104,9 @@ class ChatBackend(abc.ABC):
     kind = "base"
     #: ``model`` must be set for this kind (checked with the config, before any work).
     requires_model = False
+    #: a language model writes the replies: lines it copied from the request are not advice
+    #: (``skills.sanitize.drop_copied_lines``); False for rule-based backends that quote trajectories on purpose
+    may_copy_prompt = True
 
     def __init__(self, config: BackendConfig | None = None, *, role: str = "analyzer") -> None:
         self.config = config if config is not None else BackendConfig()

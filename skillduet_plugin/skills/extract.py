@@ -163,12 +163,13 @@ def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *
     if len(answers) != len(jobs):
         raise RuntimeError(f"analyzer returned {len(answers)} answers for {len(jobs)} requests")
     by_id: dict[str, Skill] = {}
+    copies = bool(getattr(backend, "may_copy_prompt", True))  # an LLM's copied prompt lines are not a skill
     for job, answer in zip(jobs, answers):
         if answer is None:
             result.failures += 1
             result.rejected.append(("backend_failed", f"{job.kind} skill of {','.join(job.sources)}"))
             continue
-        prompt = "\n".join(m.get("content", "") for m in job.request.messages)
+        prompt = "\n".join(m.get("content", "") for m in job.request.messages) if copies else None
         text, reason = sanitize_skill(parse_skill_answer(answer, prompt), max_chars, special_tokens)
         if text is None:
             result.rejected.append((str(reason), f"{job.kind} skill of {','.join(job.sources)}"))

@@ -90,3 +90,18 @@ def test_lines_copied_from_the_prompt_are_not_a_skill():
     assert parse_skill_answer(own, PROMPT) == "Check the dresser before you go to the desk."
     # short lines and lines that only start like the prompt stay: the rule needs 8 words in a row
     assert parse_skill_answer("Put the plate on the dresser.", PROMPT) == "Put the plate on the dresser."
+
+
+def test_copied_lines_are_dropped_for_language_models_only():
+    from skillduet_plugin.skills.extract import extract_local
+    from skills_fakes import FakeBackend, make_traj
+
+    trajs = [make_traj("f1", actions=["go to desk 1", "open drawer 1"])]
+    quoting = ("<skill>\nTask: clean the t1 knife and put it in drawer.\n"
+               "clean the t1 knife and put it in drawer.</skill>")
+    llm = FakeBackend(lambda p: quoting)
+    assert extract_local(trajs, 1, llm, max_chars=2000)[0].skills == []
+    rules = FakeBackend(lambda p: quoting)
+    rules.may_copy_prompt = False  # like the offline backend, which quotes trajectories on purpose
+    assert [s.text for s in extract_local(trajs, 1, rules, max_chars=2000)[0].skills] == [
+        "Task: clean the t1 knife and put it in drawer.\nclean the t1 knife and put it in drawer."]

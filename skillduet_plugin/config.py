@@ -66,6 +66,10 @@ class SkillDuetConfig:
                                   choices=SKILL_POSITIONS)
     dedupe_threshold: float = setting(0.9, "similarity above which two candidates count as near-duplicates",
                                       lo=0, hi=1, lo_open=True)
+    analyzer_max_requests: int = setting(0, "analyzer requests per step at most (0: one per group or trajectory, "
+                                         "no bound): bounds a step's wait for the analyzer in requests x its reply "
+                                         "budget; the groups left out get no Local skill that step (metric "
+                                         "skills/step_analyzer_capped)", kind="int", lo=0)
     analyzer: BackendConfig = field(default_factory=BackendConfig, metadata={"help": "the analyzer LLM backend"})
     synthesizer: BackendConfig = field(default_factory=BackendConfig,
                                        metadata={"help": "the synthesizer LLM backend"})

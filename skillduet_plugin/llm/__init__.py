@@ -7,10 +7,10 @@ vLLM, SGLang, a hosted API), ``transformers`` (in process; ``model="policy"`` re
 counted in ``failures``.
 """
 
-from skillduet_plugin.llm.base import (ChatBackend, ChatRequest, PermanentError, RetryableError, make_backend,
-                                       strip_think)
+from skillduet_plugin.llm.base import (ChatBackend, ChatRequest, PermanentError, ReplyTimeout, RetryableError,
+                                       make_backend, strip_think)
 from skillduet_plugin.llm.config import BackendConfig
 from skillduet_plugin.llm.registry import BACKENDS, register_backend
 
-__all__ = ["BACKENDS", "BackendConfig", "ChatBackend", "ChatRequest", "PermanentError", "RetryableError",
-           "make_backend", "register_backend", "strip_think"]
+__all__ = ["BACKENDS", "BackendConfig", "ChatBackend", "ChatRequest", "PermanentError", "ReplyTimeout",
+           "RetryableError", "make_backend", "register_backend", "strip_think"]

@@ -2,7 +2,8 @@
 
 A backend turns chat requests into text. Server faults (timeouts, connection errors, 5xx, 429, empty or
 unparsable replies) are retried with exponential backoff and jitter; a request that still fails yields
-``None`` and is counted in ``failures``, so an analyzer outage never stops training.
+``None`` and is counted in ``failures``, so an analyzer outage never stops training. A reply that timed out is
+final unless ``retry_timeouts`` (another attempt would regenerate it from the start).
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ class ChatRequest:
 
     messages: list[dict[str, str]]
     payload: dict[str, Any] | None = None
+    #: the reply budget this request needs (a skill, a Global); LLM backends send
+    #: ``min(max_tokens, config.max_tokens)``, so a slow server never generates more than the answer can use
+    max_tokens: int | None = None
+
+    def reply_budget(self, cap: int) -> int:
+        """Tokens to ask for: this request's own budget, at most ``cap`` (the backend's ``max_tokens``)."""
+        return int(cap) if self.max_tokens is None else max(1, min(int(self.max_tokens), int(cap)))
 
 
 class RetryableError(Exception):
@@ -57,6 +65,14 @@ class RetryableError(Exception):
 
 class PermanentError(Exception):
     """A fault that another attempt cannot fix (e.g. HTTP 400, an unknown offline request kind)."""
+
+
+class ReplyTimeout(Exception):
+    """The server took the request but its reply did not arrive in ``timeout_s``.
+
+    Final for that request unless ``config.retry_timeouts``: another attempt makes the server generate the whole
+    reply again from the start, so on a slow server retries come in waves that each time out the same way.
+    """
 
 
 def strip_think(text: str) -> str:
@@ -80,12 +96,17 @@ class ChatBackend(abc.ABC):
     failed attempt up to ``config.max_retries`` times, and return one ``str | None`` per request in order.
 
     Counters: ``calls`` (requests handled), ``attempts`` (tries, retries included), ``retries``,
-    ``failures`` (requests that returned None), ``last_error`` (text of the most recent fault).
+    ``failures`` (requests that returned None), ``timeouts`` (attempts whose reply did not arrive in time),
+    ``completion_tokens`` and ``truncated`` (replies cut at their token budget) where the server reports them,
+    ``last_error`` (text of the most recent fault).
     """
 
     kind = "base"
     #: ``model`` must be set for this kind (checked with the config, before any work).
     requires_model = False
+    #: a language model writes the replies: lines it copied from the request are not advice
+    #: (``skills.sanitize.drop_copied_lines``); False for rule-based backends that quote trajectories on purpose
+    may_copy_prompt = True
 
     def __init__(self, config: BackendConfig | None = None, *, role: str = "analyzer") -> None:
         self.config = config if config is not None else BackendConfig()
@@ -94,6 +115,9 @@ class ChatBackend(abc.ABC):
         self.attempts = 0
         self.retries = 0
         self.failures = 0
+        self.timeouts = 0
+        self.completion_tokens = 0
+        self.truncated = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._rng = random.Random()
@@ -140,7 +164,9 @@ class ChatBackend(abc.ABC):
         """Counters for the training metrics (``llm/<role>/...``)."""
         with self._lock:
             return {"kind": self.kind, "role": self.role, "calls": self.calls, "attempts": self.attempts,
-                    "retries": self.retries, "failures": self.failures, "last_error": self.last_error}
+                    "retries": self.retries, "failures": self.failures, "timeouts": self.timeouts,
+                    "completion_tokens": self.completion_tokens, "truncated": self.truncated,
+                    "last_error": self.last_error}
 
     def close(self) -> None:
         """Release resources (models, clients). The default has none."""
@@ -182,6 +208,14 @@ class ChatBackend(abc.ABC):
                 except RetryableError as exc:
                     message = f"{self.kind}/{self.role}: {exc}"
                     retry_after = exc.retry_after
+                except ReplyTimeout as exc:
+                    message = f"{self.kind}/{self.role}: {exc}"
+                    self._count(timeouts=1)
+                    if not self.config.retry_timeouts:
+                        self._record_fault(message, final=True)
+                        logger.warning("%s %s request timed out (not retried: retry_timeouts is off): %s",
+                                       self.kind, self.role, exc)
+                        return None
                 except PermanentError as exc:
                     self._record_fault(f"{self.kind}/{self.role}: {exc}", final=True)
                     logger.warning("%s %s request failed permanently: %s", self.kind, self.role, exc)
@@ -227,5 +261,6 @@ def make_backend(cfg: BackendConfig, *, role: str = "analyzer", policy_model: An
                                               policy_tokenizer=policy_tokenizer)
 
 
-__all__ = ["BackendConfig", "ChatBackend", "ChatRequest", "PermanentError", "RetryableError", "backoff_delay",
+__all__ = ["BackendConfig", "ChatBackend", "ChatRequest", "PermanentError", "ReplyTimeout", "RetryableError",
+           "backoff_delay",
            "check_requests", "make_backend", "register_backend", "strip_think"]

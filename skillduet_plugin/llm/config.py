@@ -26,11 +26,15 @@ class BackendConfig:
     base_url: str = setting("http://127.0.0.1:8000/v1", "OpenAI-compatible endpoint (openai)")
     api_key_env: str = setting("OPENAI_API_KEY", "environment variable holding the API key (openai)")
     timeout_s: float = setting(120.0, "seconds per request before it counts as failed", lo=0, lo_open=True)
+    retry_timeouts: bool = setting(False, "send a request again after its reply timed out; off because the server "
+                                   "then generates the whole reply again from the start", kind="bool")
     max_retries: int = setting(3, "retries per request after a server fault", kind="int", lo=0)
     backoff_s: float = setting(1.0, "first retry delay in seconds (doubles per retry, with jitter)", lo=0)
     concurrency: int = setting(8, "requests in flight at once", kind="int", lo=1)
     temperature: float = setting(0.3, "sampling temperature", lo=0)
-    max_tokens: int = setting(1024, "tokens per reply at most", kind="int", lo=1)
+    max_tokens: int = setting(1024, "tokens per reply at most; each request asks for less when its answer needs "
+                              "less (a Local skill: local_skill_token_budget, a Global: skill_token_budget, plus "
+                              "room for the answer tags)", kind="int", lo=1)
 
     def validate(self, prefix: str) -> None:
         check(f"{prefix}.kind", self.kind, choices=BACKENDS.names())

@@ -55,7 +55,8 @@ class TransformersBackend(ChatBackend):
         self._generate_lock = threading.Lock()
 
     async def _complete(self, request: ChatRequest) -> str:
-        return (await asyncio.to_thread(self.generate_texts, [request.messages]))[0]
+        return (await asyncio.to_thread(self.generate_texts, [request.messages],
+                                        request.reply_budget(int(self.config.max_tokens))))[0]
 
     async def agenerate(self, requests: Sequence[ChatRequest]) -> list[str | None]:
         """Batched generation; each request is retried on its own if its reply was empty or its batch raised."""
@@ -69,8 +70,10 @@ class TransformersBackend(ChatBackend):
             for start in range(0, len(pending), batch_size):
                 chunk = pending[start:start + batch_size]
                 self._count(attempts=len(chunk))
+                budget = max(requests[i].reply_budget(int(self.config.max_tokens)) for i in chunk)
                 try:
-                    texts = await asyncio.to_thread(self.generate_texts, [requests[i].messages for i in chunk])
+                    texts = await asyncio.to_thread(self.generate_texts, [requests[i].messages for i in chunk],
+                                                    budget)
                 except Exception as exc:  # noqa: BLE001 - e.g. CUDA OOM: retry, never stop training
                     logger.warning("transformers %s batch of %d failed: %s", self.role, len(chunk), exc)
                     self._record_fault(f"transformers/{self.role}: {type(exc).__name__}: {exc}", final=False)
@@ -93,13 +96,16 @@ class TransformersBackend(ChatBackend):
         return results
 
     # ------------------------------------------------------------------ generation
-    def generate_texts(self, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
+    def generate_texts(self, conversations: Sequence[list[dict[str, str]]],
+                       max_tokens: int | None = None) -> list[str]:
         """Generate one reply per conversation (decoded new tokens only, cut at the first EOS)."""
         return [strip_think(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
-                for ids in self.generate_ids(conversations)]
+                for ids in self.generate_ids(conversations, max_tokens)]
 
-    def generate_ids(self, conversations: Sequence[list[dict[str, str]]]) -> list[list[int]]:
-        """New token ids per conversation, cut before the first EOS (at most ``max_tokens`` each)."""
+    def generate_ids(self, conversations: Sequence[list[dict[str, str]]],
+                     max_tokens: int | None = None) -> list[list[int]]:
+        """New token ids per conversation, cut before the first EOS (at most ``max_tokens``, default
+        ``config.max_tokens``, each)."""
         import torch
 
         tok, model = self.tokenizer, self.model
@@ -113,7 +119,8 @@ class TransformersBackend(ChatBackend):
             device = _device_of(model)
             input_ids = enc["input_ids"].to(device)
             attention_mask = enc["attention_mask"].to(device)
-            kwargs: dict[str, Any] = dict(max_new_tokens=int(self.config.max_tokens), eos_token_id=eos_ids,
+            new_tokens = int(self.config.max_tokens) if max_tokens is None else int(max_tokens)
+            kwargs: dict[str, Any] = dict(max_new_tokens=new_tokens, eos_token_id=eos_ids,
                                           pad_token_id=pad_id, do_sample=not greedy)
             if greedy:
                 # A model's own generation_config may carry sampling knobs; neutralise them for greedy.

@@ -35,6 +35,7 @@ class OfflineBackend(ChatBackend):
     """Answers from the request payload with deterministic rules (no model, no network)."""
 
     kind = "offline"
+    may_copy_prompt = False  # rules quote the trajectory's actions on purpose
 
     def __init__(self, config: BackendConfig | None = None, *, role: str = "analyzer") -> None:
         super().__init__(config, role=role)

@@ -1,7 +1,10 @@
 """OpenAI-compatible chat completions over HTTP: ``vllm serve``, SGLang, or any hosted API.
 
-Uses ``httpx`` directly so every fault maps to exactly one decision: retry (timeout, connection error, 408,
-429, 5xx, malformed or empty reply) or give up (other 4xx). Retries themselves live in :class:`ChatBackend`.
+Uses ``httpx`` directly so every fault maps to exactly one decision: retry (connection error or connect timeout,
+408, 429, 5xx, malformed or empty reply), give up (other 4xx), or a reply timeout (the server was generating:
+final unless ``retry_timeouts``). Retries themselves live in :class:`ChatBackend`. Each request asks for its own
+reply budget (``ChatRequest.max_tokens``, capped by ``max_tokens``); the server's ``usage.completion_tokens`` and
+``finish_reason == "length"`` are counted (``completion_tokens``, ``truncated``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any, Sequence
 import httpx
 
 from skillduet_plugin.core.settings import invalid
-from skillduet_plugin.llm.base import ChatBackend, ChatRequest, PermanentError, RetryableError, strip_think
+from skillduet_plugin.llm.base import (ChatBackend, ChatRequest, PermanentError, ReplyTimeout, RetryableError,
+                                       strip_think)
 from skillduet_plugin.llm.config import BackendConfig
 from skillduet_plugin.llm.registry import register_backend
 
@@ -70,7 +74,7 @@ class OpenAIBackend(ChatBackend):
     def request_body(self, request: ChatRequest) -> dict[str, Any]:
         cfg = self.config
         return {"model": cfg.model, "messages": request.messages, "temperature": float(cfg.temperature),
-                "max_tokens": int(cfg.max_tokens)}
+                "max_tokens": request.reply_budget(int(cfg.max_tokens))}
 
     async def _complete(self, request: ChatRequest) -> str:
         client = _CLIENT.get()
@@ -81,11 +85,16 @@ class OpenAIBackend(ChatBackend):
             # httpx's timeout is per read; wait_for bounds the whole exchange (a server trickling bytes).
             response = await asyncio.wait_for(client.post(self.url, json=self.request_body(request)),
                                               timeout=timeout)
+        except httpx.ConnectTimeout:  # nothing was generated: another attempt costs the server nothing
+            raise RetryableError(f"connect timeout after {timeout:g}s") from None
         except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
-            raise RetryableError(f"timeout after {timeout:g}s ({type(exc).__name__})") from None
+            raise ReplyTimeout(f"timeout after {timeout:g}s ({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             raise RetryableError(f"connection error: {type(exc).__name__}: {exc}") from None
-        return parse_chat_response(response)
+        text = parse_chat_response(response)
+        tokens, truncated = reply_usage(response)
+        self._count(completion_tokens=tokens, truncated=int(truncated))
+        return text
 
 
 def parse_chat_response(response: httpx.Response) -> str:
@@ -109,6 +118,17 @@ def parse_chat_response(response: httpx.Response) -> str:
     if not text:
         raise RetryableError("reply held only a <think> block")
     return text
+
+
+def reply_usage(response: httpx.Response) -> tuple[int, bool]:
+    """``(usage.completion_tokens, finish_reason == "length")`` of a parsed reply; ``(0, False)`` where the
+    server does not report them."""
+    try:
+        data = response.json()
+        tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
+        return max(0, tokens), data["choices"][0].get("finish_reason") == "length"
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return 0, False
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -3,7 +3,9 @@ merge them into the current Global with the synthesizer, and compress hierarchic
 
 Every step is a function over plain data; each candidate that does not make it says why (``reason`` is one of
 ``duplicate``, ``near_duplicate``, ``below_top_k``), and a synthesizer failure degrades to "current Global plus
-kept skills" instead of stopping training.
+kept skills" instead of stopping training (``fallback``). Every request asks for a reply budget sized to what
+its answer can use: a synthesis at most the Global's token budget, a compression at most its input's tokens,
+plus :data:`REPLY_MARGIN_TOKENS` for the tags.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from skillduet_plugin.skills.near_duplicates import first_near_duplicates
 from skillduet_plugin.skills.similarity import SimilarityFn, lexical_matrix
 from skillduet_plugin.skills.types import GlobalSkills, Skill, normalize_text
 
+#: reply tokens on top of an answer's own size: the <global> tags and a short lead-in
+REPLY_MARGIN_TOKENS = 32
 THEME_THRESHOLD = 0.25  # lexical similarity that puts two Global items in one theme group
 MAX_THEME_GROUP = 6
 MAX_COMPRESS_ROUNDS = 4
@@ -45,6 +49,8 @@ class ConsolidationReport:
     parent_version: int | None = None
     version: int | None = None
     synthesizer_failures: int = 0
+    #: the Global is the current one plus the kept skills as items, not the synthesizer's merge (it failed)
+    fallback: bool = False
     compress_rounds: int = 0
     dropped_items: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -207,7 +213,8 @@ def compress(items: list[str], *, scope: str, budget: int, backend: Any, tokeniz
                                          items=render_global(group_items))
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
             requests.append(ChatRequest(messages, {"kind": "compress", "scope": scope, "items": group_items,
-                                                   "target_items": target}))
+                                                   "target_items": target},
+                                        tokens(group_items) + REPLY_MARGIN_TOKENS))
         answers = backend.generate(requests) if requests else []
         replaced: dict[int, list[str]] = {}
         for g, answer in zip(multi, answers):
@@ -261,7 +268,7 @@ def consolidate_scope(scope: str, candidates: Sequence[Skill], current: GlobalSk
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
         answer = synthesizer.generate([ChatRequest(messages, {
             "kind": "synthesize", "scope": scope, "current": current_items, "new": new_texts,
-            "budget_tokens": budget_tokens})])[0]
+            "budget_tokens": budget_tokens}, budget_tokens + REPLY_MARGIN_TOKENS)])[0]
         parsed = clean_items(parse_global_answer(answer) or [], max_chars, special_tokens)
         if parsed:
             items = parsed
@@ -269,6 +276,7 @@ def consolidate_scope(scope: str, candidates: Sequence[Skill], current: GlobalSk
             report.synthesizer_failures += 1
             report.notes.append("synthesizer_failed:" + ("no_answer" if answer is None else "no_items"))
     if items is None:
+        report.fallback = bool(kept)
         items = clean_items(current_items + [skill_as_item(s) for s in kept], max_chars, special_tokens)
     items, rounds, dropped, failures = compress(items, scope=scope, budget=budget_tokens, backend=synthesizer,
                                                 tokenizer=tokenizer, max_chars=max_chars,

@@ -8,7 +8,10 @@ Rules (the paper's step 2):
 - Any other group yields one skill per eligible trajectory (at least one action): a ``procedure`` from a
   success, a ``correction`` from a failure; each trajectory's teacher context is its own skill (hindsight).
 - Trajectories whose request failed or whose answer was rejected get no assignment (no OPD term).
-All analyzer requests of a step go to the backend in one ``generate`` call.
+All analyzer requests of a step go to the backend in one ``generate`` call. Each asks for at most
+``reply_tokens`` tokens (a Local skill never needs more than its teacher-prompt budget), and ``max_requests``
+bounds a call's requests: the jobs are taken round-robin over the groups (every group's first job before any
+group's second), and those beyond the bound are not sent (counted in ``ExtractionStats.capped``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
 
 SKIP_VALIDATION = "validation_split"
 SKIP_NO_ACTIONS = "no_actions"
+#: reply tokens on top of a skill's own budget: the answer tags and a short lead-in
+REPLY_MARGIN_TOKENS = 32
 
 
 @dataclass
@@ -52,6 +57,7 @@ class ExtractionStats:
     rejected: int = 0
     skills: int = 0
     assigned: int = 0
+    capped: int = 0
 
 
 def group_by_task(trajectories: Iterable[Trajectory]) -> "OrderedDict[str, list[Trajectory]]":
@@ -78,8 +84,9 @@ def _env_of(traj: Trajectory, default: str) -> str:
 
 
 def plan_jobs(trajectories: Sequence[Trajectory], *, env: str = "", render_tokens: int = DEFAULT_RENDER_TOKENS,
-              tokenizer: Any = None) -> tuple[list[LocalJob], dict[str, int]]:
-    """The analyzer requests for ``trajectories`` and the count of skipped trajectories by reason."""
+              tokenizer: Any = None, reply_tokens: int | None = None) -> tuple[list[LocalJob], dict[str, int]]:
+    """The analyzer requests for ``trajectories`` (each asking for at most ``reply_tokens``) and the count of
+    skipped trajectories by reason."""
     skipped: dict[str, int] = {}
     eligible = []
     for t in trajectories:
@@ -105,7 +112,7 @@ def plan_jobs(trajectories: Sequence[Trajectory], *, env: str = "", render_token
                 failure=render_trajectory(failure, render_tokens, tokenizer))
             jobs.append(LocalJob("shared", first.scope, first.task_id, first.task, env_name,
                                  (success.traj_id, failure.traj_id), tuple(t.traj_id for t in group),
-                                 ChatRequest(_messages(system, user), payload)))
+                                 ChatRequest(_messages(system, user), payload, reply_tokens)))
             continue
         for t in group:
             kind, template = ("procedure", "local_procedure") if t.success else ("correction", "local_correction")
@@ -113,8 +120,25 @@ def plan_jobs(trajectories: Sequence[Trajectory], *, env: str = "", render_token
             system, user = render_prompt(template, env=env_name, scope=t.scope, task=t.task,
                                          trajectory=render_trajectory(t, render_tokens, tokenizer))
             jobs.append(LocalJob(kind, t.scope, t.task_id, t.task, env_name, (t.traj_id,), (t.traj_id,),
-                                 ChatRequest(_messages(system, user), payload)))
+                                 ChatRequest(_messages(system, user), payload, reply_tokens)))
     return jobs, skipped
+
+
+def cap_jobs(jobs: Sequence[LocalJob], max_requests: int) -> tuple[list[LocalJob], int]:
+    """At most ``max_requests`` jobs (0: all), taken round-robin over their groups in plan order, so every group
+    gets a request before any group gets a second; returns ``(kept in plan order, number dropped)``."""
+    if max_requests <= 0 or len(jobs) <= max_requests:
+        return list(jobs), 0
+    rank: dict[int, tuple[int, int]] = {}
+    seen: dict[tuple[str, str], int] = {}
+    groups: dict[tuple[str, str], int] = {}
+    for i, job in enumerate(jobs):
+        key = (job.task_id, job.scope)
+        groups.setdefault(key, len(groups))
+        rank[i] = (seen.get(key, 0), groups[key])
+        seen[key] = seen.get(key, 0) + 1
+    keep = sorted(sorted(range(len(jobs)), key=lambda i: rank[i])[:max_requests])
+    return [jobs[i] for i in keep], len(jobs) - len(keep)
 
 
 def _messages(system: str, user: str) -> list[dict[str, str]]:
@@ -124,10 +148,14 @@ def _messages(system: str, user: str) -> list[dict[str, str]]:
 
 def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *, max_chars: int,
                   special_tokens: Sequence[str] = (), env: str = "", render_tokens: int = DEFAULT_RENDER_TOKENS,
-                  tokenizer: Any = None) -> tuple[ExtractionResult, ExtractionStats]:
-    """Run the analyzer once over the step's jobs and turn answers into sanitised Local skills."""
-    jobs, skipped = plan_jobs(trajectories, env=env, render_tokens=render_tokens, tokenizer=tokenizer)
-    stats = ExtractionStats(trajectories=len(trajectories), skipped=skipped, requests=len(jobs))
+                  tokenizer: Any = None, reply_tokens: int | None = None,
+                  max_requests: int = 0) -> tuple[ExtractionResult, ExtractionStats]:
+    """Run the analyzer once over the step's jobs (at most ``max_requests``, 0: all) and turn answers into
+    sanitised Local skills."""
+    jobs, skipped = plan_jobs(trajectories, env=env, render_tokens=render_tokens, tokenizer=tokenizer,
+                              reply_tokens=reply_tokens)
+    jobs, capped = cap_jobs(jobs, max_requests)
+    stats = ExtractionStats(trajectories=len(trajectories), skipped=skipped, requests=len(jobs), capped=capped)
     result = ExtractionResult()
     if not jobs:
         return result, stats
@@ -135,12 +163,14 @@ def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *
     if len(answers) != len(jobs):
         raise RuntimeError(f"analyzer returned {len(answers)} answers for {len(jobs)} requests")
     by_id: dict[str, Skill] = {}
+    copies = bool(getattr(backend, "may_copy_prompt", True))  # an LLM's copied prompt lines are not a skill
     for job, answer in zip(jobs, answers):
         if answer is None:
             result.failures += 1
             result.rejected.append(("backend_failed", f"{job.kind} skill of {','.join(job.sources)}"))
             continue
-        text, reason = sanitize_skill(parse_skill_answer(answer), max_chars, special_tokens)
+        prompt = "\n".join(m.get("content", "") for m in job.request.messages) if copies else None
+        text, reason = sanitize_skill(parse_skill_answer(answer, prompt), max_chars, special_tokens)
         if text is None:
             result.rejected.append((str(reason), f"{job.kind} skill of {','.join(job.sources)}"))
             continue
@@ -186,6 +216,7 @@ def merge_extractions(parts: Sequence[tuple[ExtractionResult, ExtractionStats]])
         result.rejected.extend(part.rejected)
         stats.trajectories += part_stats.trajectories
         stats.requests += part_stats.requests
+        stats.capped += part_stats.capped
         stats.rejected += part_stats.rejected
         for reason, n in part_stats.skipped.items():
             stats.skipped[reason] = stats.skipped.get(reason, 0) + n

@@ -23,7 +23,7 @@ from skillduet_plugin.core.names import scope_key
 from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
-from skillduet_plugin.skills.extract import ExtractionStats, extract_local
+from skillduet_plugin.skills.extract import REPLY_MARGIN_TOKENS, ExtractionStats, extract_local
 from skillduet_plugin.skills.inject import (GLOBAL_HEADER, LOCAL_HEADER, global_messages, insert_sections,
                                            skill_section)
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
@@ -83,8 +83,8 @@ class SkillLifecycle:
         self._special_tokens = tokenizer_special_tokens(tokenizer)
         self._global_cache: dict[str, GlobalSkills] = {}
         self._sections: dict[tuple[str, str, int], str] = {}
-        self._counters = {"analyzer_failures": 0, "synthesizer_failures": 0, "rejected": 0, "local_extracted": 0,
-                          "skipped_validation": 0, "consolidations": 0}
+        self._counters = {"analyzer_requests": 0, "analyzer_failures": 0, "synthesizer_failures": 0, "rejected": 0,
+                          "local_extracted": 0, "skipped_validation": 0, "consolidations": 0, "global_fallbacks": 0}
         self._last: dict[str, float] = {}
         self._failure_offset: dict[str, float] = {}
 
@@ -179,12 +179,15 @@ class SkillLifecycle:
         ``skills.extract.merge_extractions`` and hand the whole step to :meth:`record_extraction` once."""
         return extract_local(trajectories, step, self.analyzer, max_chars=self.config.max_skill_chars,
                              special_tokens=self._special_tokens, env=self.env, render_tokens=self.render_tokens,
-                             tokenizer=self.tokenizer)
+                             tokenizer=self.tokenizer,
+                             reply_tokens=self.config.local_skill_token_budget + REPLY_MARGIN_TOKENS,
+                             max_requests=self.config.analyzer_max_requests)
 
     def record_extraction(self, result: ExtractionResult, stats: ExtractionStats, step: int) -> ExtractionResult:
         """Store a step's Local skills as candidates (when writing) and count them in the step's metrics."""
         if self.write and result.skills:
             self.bank.add_candidates(result.skills, step)
+        self._counters["analyzer_requests"] += stats.requests
         self._counters["analyzer_failures"] += stats.failures
         self._counters["rejected"] += stats.rejected
         self._counters["local_extracted"] += stats.skills
@@ -193,6 +196,7 @@ class SkillLifecycle:
         self._last.update({"skills/step_local_extracted": float(stats.skills),
                            "skills/step_analyzer_requests": float(stats.requests),
                            "skills/step_analyzer_failures": float(stats.failures),
+                           "skills/step_analyzer_capped": float(stats.capped),
                            "skills/step_rejected": float(stats.rejected),
                            "skills/assigned_ratio": stats.assigned / eligible})
         return result
@@ -368,6 +372,7 @@ class SkillLifecycle:
                         r.version, r.n_candidates, len(r.kept), len(r.items), r.tokens)
         self._counters["consolidations"] += 1
         self._counters["synthesizer_failures"] += sum(r.synthesizer_failures for r in reports)
+        self._counters["global_fallbacks"] += sum(r.fallback for r in reports)
         self._last["skills/consolidated_scopes"] = float(len(reports))
         self._last["skills/consolidation_kept"] = float(sum(len(r.kept) for r in reports))
         self._last["skills/consolidation_rejected"] = float(sum(len(r.rejected) for r in reports))
@@ -428,6 +433,13 @@ class SkillLifecycle:
                     "skills/global_tokens": summary["tokens"]})
         for name, failures in self._backend_failures().items():
             out[f"skills/{name}_backend_failures"] = failures
+        answered = self._counters["analyzer_requests"] - self._counters["analyzer_failures"]
+        # share of the analyzer's replies that gave no usable skill (no <skill> text, degenerate, too short)
+        out["skills/analyzer_parse_failure_rate"] = self._counters["rejected"] / answered if answered > 0 else 0.0
+        for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
+            for key in ("timeouts", "completion_tokens", "truncated"):  # this process's, where the backend counts
+                if backend is not None and hasattr(backend, key):
+                    out[f"skills/{name}_{key}"] = float(getattr(backend, key))
         return out
 
     def close(self) -> None:

@@ -123,7 +123,7 @@ def test_generation_errors_and_empty_replies_are_retried_then_counted(tiny_model
     backend = make_backend(_cfg("policy", max_retries=2), policy_model=tiny_model, policy_tokenizer=tiny_tokenizer)
     calls = []
 
-    def flaky(conversations):
+    def flaky(conversations, max_tokens=None):
         calls.append(len(conversations))
         if len(calls) == 1:
             raise RuntimeError("CUDA out of memory (injected)")
@@ -136,3 +136,21 @@ def test_generation_errors_and_empty_replies_are_retried_then_counted(tiny_model
     assert calls == [2, 1, 2, 1, 1]
     assert backend.failures == 1 and backend.attempts == 7 and backend.retries == 4
     assert "empty output" in backend.last_error
+
+
+def test_a_request_budget_caps_new_tokens(lively):
+    model, tok = lively
+    backend = make_backend(_cfg("policy", max_tokens=10), policy_model=model, policy_tokenizer=tok)
+    assert len(backend.generate_ids(CONVERSATIONS[:1], 3)[0]) == 3
+    asked = []
+    original = backend.generate_texts
+
+    def recording(conversations, max_tokens=None):
+        asked.append(max_tokens)
+        return original(conversations, max_tokens)
+
+    backend.generate_texts = recording
+    backend.generate([ChatRequest(messages=CONVERSATIONS[0], max_tokens=4), ChatRequest(messages=CONVERSATIONS[1])])
+    assert asked == [10]  # one batch: the largest budget in it, capped by max_tokens
+    backend.generate([ChatRequest(messages=CONVERSATIONS[0], max_tokens=4)])
+    assert asked[-1] == 4

@@ -32,7 +32,7 @@ def _req(key: str) -> ChatRequest:
 def test_every_fault_kind_is_retried_until_success():
     script = ["500", "429", "hang", "malformed", "empty", "nochoices", "503", "drop", "ok"]
     with FaultServer({"A": script}, hang_s=3.0) as server:
-        backend = _backend(server, max_retries=len(script) - 1, backoff_s=0.001)
+        backend = _backend(server, max_retries=len(script) - 1, backoff_s=0.001, retry_timeouts=True)
         start = time.monotonic()
         out = backend.generate([_req("A")])
         elapsed = time.monotonic() - start
@@ -48,12 +48,62 @@ def test_permanent_failures_return_none_while_the_batch_succeeds():
     scripts = {"good": ["ok"], "down": ["500"], "flaky": ["429", "ok"], "bad-request": ["400"],
                "slow-down": ["hang"]}
     with FaultServer(scripts, hang_s=1.0) as server:
-        backend = _backend(server, max_retries=2, timeout_s=0.3)
+        backend = _backend(server, max_retries=2, timeout_s=0.3, retry_timeouts=True)
         out = backend.generate([_req(k) for k in scripts])
     assert out == ["reply to good", None, "reply to flaky", None, None]
     assert backend.failures == 3 and backend.calls == 5
     assert server.attempts == {"good": 1, "down": 3, "flaky": 2, "bad-request": 1, "slow-down": 3}
     assert "HTTP" in backend.stats()["last_error"] or "timeout" in backend.stats()["last_error"]
+
+
+def test_a_timed_out_reply_is_final_by_default():
+    # The server was generating when the wait ran out: another attempt would generate the whole reply again.
+    with FaultServer({"slow": ["hang", "ok"], "fine": ["500", "ok"]}, hang_s=1.0) as server:
+        backend = _backend(server, max_retries=3, timeout_s=0.3)
+        out = backend.generate([_req("slow"), _req("fine")])
+    assert out == [None, "reply to fine"]
+    assert server.attempts == {"slow": 1, "fine": 2}  # negative control: a 500 is still retried
+    stats = backend.stats()
+    assert (stats["timeouts"], stats["failures"], stats["retries"]) == (1, 1, 1)
+    assert "timeout" in stats["last_error"]
+
+
+def test_a_connect_timeout_is_retried(monkeypatch):
+    import httpx
+
+    backend = _backend(None, base_url="http://127.0.0.1:9/v1", max_retries=2, backoff_s=0.001)
+    calls = []
+
+    async def refuse(self, url, **kw):
+        calls.append(url)
+        raise httpx.ConnectTimeout("connect timed out")
+
+    monkeypatch.setattr(httpx.AsyncClient, "post", refuse)
+    assert backend.generate([_req("x")]) == [None]
+    assert len(calls) == 3 and backend.timeouts == 0 and backend.retries == 2
+
+
+def test_each_request_asks_for_its_own_reply_budget():
+    with FaultServer({"a": ["ok"], "b": ["ok"], "c": ["ok"]}) as server:
+        backend = _backend(server, max_tokens=77)
+        backend.generate([ChatRequest(_req("a").messages, max_tokens=20), ChatRequest(_req("b").messages),
+                          ChatRequest(_req("c").messages, max_tokens=500)])
+    asked = {b["messages"][-1]["content"]: b["max_tokens"] for b in server.bodies}
+    assert asked == {"a": 20, "b": 77, "c": 77}  # the request's budget, capped by config.max_tokens
+
+
+def test_usage_and_truncation_are_counted():
+    import httpx
+
+    from skillduet_plugin.llm.openai_backend import reply_usage
+
+    def reply(body):
+        return httpx.Response(200, json=body)
+
+    full = {"choices": [{"message": {"content": "x"}, "finish_reason": "length"}], "usage": {"completion_tokens": 9}}
+    assert reply_usage(reply(full)) == (9, True)
+    assert reply_usage(reply({"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]})) == (0, False)
+    assert reply_usage(httpx.Response(200, content=b"not json")) == (0, False)
 
 
 def test_no_retries_when_max_retries_is_zero():

@@ -90,6 +90,22 @@ def test_synthesizer_failure_keeps_current_plus_kept_items(answer):
                                dedupe_threshold=0.9, seed=0, budget_tokens=200, synthesizer=synth)
     assert report.items == ["Old advice stays useful.", "Take the apple.; Then cool it in the fridge."]
     assert report.synthesizer_failures == 1 and report.notes[0].startswith("synthesizer_failed")
+    assert report.fallback is True
+
+
+def test_synthesis_and_compression_ask_for_what_their_answer_can_use():
+    cands = [_cand(f"Skill number {i}: open the drawer {i} and look inside it carefully.", 0.9 - i / 10)
+             for i in range(4)]
+    synth = FakeBackend(lambda p: "<global>\n" + "\n".join(f"- {x}" for x in p.get("new", p.get("items", [])))
+                        + "\n</global>")
+    report = consolidate_scope("clean", cands, EMPTY, step=1, selector="strength", keep_ratio=1.0,
+                               dedupe_threshold=0.99, seed=0, budget_tokens=24, synthesizer=synth)
+    synthesis = synth.batches[0][0]
+    assert synthesis.payload["kind"] == "synthesize" and synthesis.max_tokens == 24 + 32
+    compressions = [r for batch in synth.batches[1:] for r in batch]
+    assert compressions and all(r.max_tokens == count_tokens(render_global(r.payload["items"])) + 32
+                                for r in compressions)
+    assert report.fallback is False  # the synthesizer's own merge (negative control of the fallback flag)
 
 
 def test_compression_fits_the_budget_with_the_tokenizer(tiny_tokenizer):

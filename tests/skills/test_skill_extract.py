@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skillduet_plugin.skills.extract import choose_pair, extract_local, plan_jobs
+from skillduet_plugin.skills.extract import cap_jobs, choose_pair, extract_local, plan_jobs
 from skillduet_plugin.skills.prompts import TEMPLATE_NAMES, load_template
 from skillduet_plugin.skills.render import ELISION_MARKER, render_trajectory
 
@@ -170,3 +170,30 @@ def test_render_counts_all_lines_in_one_tokenizer_call_with_the_same_result(tiny
         assert text == render_trajectory(traj, budget, tiny_tokenizer)
         assert counting.calls == 1  # one call per trajectory, not one per line
     assert "omitted" in render_trajectory(traj, 60, tiny_tokenizer)  # the budgets above do cut turns
+
+
+def test_every_request_asks_for_the_local_reply_budget():
+    trajs = [make_traj("s1", success=True), make_traj("f1"), make_traj("a1", "tA", success=True)]
+    backend = FakeBackend()
+    extract_local(trajs, 1, backend, max_chars=2000, reply_tokens=96)
+    assert [r.max_tokens for r in backend.batches[0]] == [96, 96]
+    backend = FakeBackend()
+    extract_local(trajs, 1, backend, max_chars=2000)
+    assert [r.max_tokens for r in backend.batches[0]] == [None, None]  # no budget given: the backend's cap
+
+
+def test_request_cap_takes_jobs_round_robin_over_groups_and_counts_the_rest():
+    # group tA: 3 procedures, group tB: 1 shared, group tC: 2 corrections -> 6 jobs
+    trajs = [make_traj(f"a{i}", "tA", success=True) for i in range(3)]
+    trajs += [make_traj("b1", "tB", success=True), make_traj("b2", "tB")]
+    trajs += [make_traj("c1", "tC"), make_traj("c2", "tC")]
+    jobs, _ = plan_jobs(trajs)
+    assert len(jobs) == 6
+    kept, dropped = cap_jobs(jobs, 4)
+    # every group's first job, then the second of the first group with one: plan order kept
+    assert [j.sources for j in kept] == [("a0",), ("a1",), ("b1", "b2"), ("c1",)] and dropped == 2
+    assert cap_jobs(jobs, 0) == (jobs, 0) and cap_jobs(jobs, 6) == (jobs, 0)
+    backend = FakeBackend()
+    result, stats = extract_local(trajs, 1, backend, max_chars=2000, max_requests=4)
+    assert len(backend.batches[0]) == 4 and stats.requests == 4 and stats.capped == 2
+    assert set(result.assignment) == {"a0", "a1", "b1", "b2", "c1"}  # a2 and c2 wait for another step

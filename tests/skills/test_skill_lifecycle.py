@@ -145,6 +145,31 @@ def test_analyzer_outage_never_raises_and_is_counted(tmp_path, tiny_tokenizer):
     assert lc.metrics()["skills/analyzer_failures"] == 8
 
 
+def test_parse_failures_fallbacks_and_the_request_cap_are_reported(tmp_path, tiny_tokenizer):
+    # half the analyzer's replies are unusable, the synthesizer never answers, at most 4 requests a step
+    def analyzer(p):
+        return "ok" if p["kind"] == "local_correction" else f"<skill>Check the {p['task']} twice.</skill>"
+
+    cfg = SkillDuetConfig(consolidation_interval=1, analyzer_max_requests=4)
+    lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=FakeBackend(analyzer),
+                        synthesizer=FakeBackend(lambda p: None), similarity=None)
+    chat = ChatTokenizer(tiny_tokenizer)
+    [(result, reports)] = _run(lc, chat, [1])
+    m = lc.metrics()
+    # 8 jobs planned (2 shared, 6 corrections): the 4 kept are each group's first
+    assert m["skills/step_analyzer_requests"] == 4 and m["skills/step_analyzer_capped"] == 4
+    assert m["skills/analyzer_requests"] == 4 and m["skills/rejected"] == 2  # "ok" is too short to be a skill
+    assert m["skills/analyzer_parse_failure_rate"] == pytest.approx(0.5)
+    assert reports and all(r.fallback for r in reports) and m["skills/global_fallbacks"] == len(reports)
+    # negative control: with every reply usable and answered nothing is counted as a failure or fallback
+    lc2 = SkillLifecycle(SkillDuetConfig(consolidation_interval=1), tmp_path / "b2.sqlite", tokenizer=tiny_tokenizer,
+                         analyzer=FakeBackend(), synthesizer=FakeBackend(), similarity=None)
+    _run(lc2, chat, [1])
+    m2 = lc2.metrics()
+    assert m2["skills/analyzer_parse_failure_rate"] == 0 and m2["skills/global_fallbacks"] == 0
+    assert m2["skills/step_analyzer_capped"] == 0 and m2["skills/step_analyzer_requests"] == 8
+
+
 def test_resolve_scope():
     assert resolve_scope("task_type", task_type="clean", task_id="g1") == "clean"
     assert resolve_scope("task", task_type="clean", task_id="g1") == "g1"

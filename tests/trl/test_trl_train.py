@@ -125,6 +125,9 @@ def test_config_errors_name_the_field(tmp_path):
         small_args(tmp_path, max_turns=0)
     with pytest.raises(ConfigError, match="invalid_action_penalty=-1"):
         small_args(tmp_path, invalid_action_penalty=-1)
+    with pytest.raises(ConfigError, match="vllm_mode='server' is invalid: the SkillDuet rollout generates"):
+        small_args(tmp_path, use_vllm=True, vllm_mode="server")
+    assert small_args(tmp_path, use_vllm=False, vllm_mode="server").vllm_mode == "server"  # only checked with vLLM
     args = small_args(tmp_path, skillduet={"selector": "utility"})
     assert args.skillduet_config.selector == "utility" and args.skillduet["selector"] == "utility"
     assert args.skill_bank_dir == str(tmp_path)

@@ -3,8 +3,12 @@
 The method's knobs live in one ``skillduet`` mapping validated into :class:`~skillduet_plugin.config.SkillDuetConfig`
 at construction (errors name the field as ``skillduet.<name>``); the rollout settings are plain fields.
 
+With ``use_vllm=True`` the episodes are sampled by TRL's in-process vLLM engine (``vllm_mode="colocate"``, the
+only mode the multi-turn rollout supports; it also runs on vLLM's CPU build, see docs/vllm.md).
+
 TRL's own defaults assume a GPU. On a CPU-only machine pass at least ``bf16=False`` (TRL's default bf16 raises
-without a GPU), ``gradient_checkpointing=False`` (pointless for small models), ``use_vllm=False`` (GPU only) and
+without a GPU), ``gradient_checkpointing=False`` (pointless for small models), ``use_vllm=False`` (unless vLLM's
+CPU build is installed) and
 ``dataloader_pin_memory=False``; several CPU processes (``torchrun --nproc_per_node N``; ``accelerate launch --cpu``
 starts only one process without MPI) also need ``use_cpu=True`` (gloo is then chosen), or TrainingArguments
 sees a world of one. :data:`CPU_SAFE_DEFAULTS` holds all of these, plus small-run values for
@@ -86,6 +90,9 @@ class SkillDuetGRPOConfig(GRPOConfig):
         # TRL's HfArgumentParser turns metadata into argparse keywords, so the constraints live here, not there.
         validate_fields(self, checks=_CHECKS)
         check("env_name", self.env_name, choices=env_names())
+        if self.use_vllm and self.vllm_mode != "colocate":
+            invalid("vllm_mode", self.vllm_mode, "the SkillDuet rollout generates its multi-turn episodes turn by "
+                    "turn in the trainer process: use vllm_mode='colocate' (or use_vllm=False)")
         self.env_kwargs = dict(self.env_kwargs or {})
         if self.skill_bank_dir is None:
             self.skill_bank_dir = self.output_dir

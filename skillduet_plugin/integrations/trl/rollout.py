@@ -2,9 +2,12 @@
 
 TRL calls ``rollout_func(prompts, trainer)`` with the batch's placeholder prompts; the tasks come from the
 dataset rows the mixin exposes as ``trainer.batch_rows``. Episodes are sampled with HF ``generate`` on the
-unwrapped policy (eval mode, no grad), one completion per row: the whole multi-turn episode, environment tokens
-masked out through TRL's ``env_mask``. With ``action_selection="choose"`` each turn is instead a choice among the
-admissible actions (``rollout.choice.hf_choice_fn``), recorded as the same tokens.
+unwrapped policy (eval mode, no grad), or, with ``use_vllm=True, vllm_mode="colocate"``, by TRL's in-process vLLM
+engine (``trainer.vllm_generation.llm``; TRL syncs the policy's weights into it before calling ``rollout_func``),
+one completion per row: the whole multi-turn episode, environment tokens masked out through TRL's ``env_mask``.
+vLLM's sampled-token log-probs come back as ``logprobs`` (TRL's importance-sampling correction). With
+``action_selection="choose"`` each turn is instead a choice among the admissible actions
+(``rollout.choice.hf_choice_fn``, on the transformers policy), recorded as the same tokens.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 import torch
 
 from skillduet_plugin.rollout.choice import hf_choice_fn
-from skillduet_plugin.rollout.collector import Episode, hf_generate_fn, run_episodes
+from skillduet_plugin.rollout.collector import Episode, GenerateFn, Generation, hf_generate_fn, run_episodes
 
 
 def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
@@ -31,8 +34,11 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
             extra = {k: getattr(args, k) for k in ("top_k", "min_p", "repetition_penalty")
                      if getattr(args, k, None) is not None}
             extra.update(args.generation_kwargs or {})
-            generate = hf_generate_fn(policy, trainer.chat, temperature=args.temperature, top_p=args.top_p,
-                                      batch_size=max(1, len(task_ids)), **extra)
+            if getattr(trainer, "use_vllm", False):
+                generate = vllm_generate_fn(trainer, temperature=args.temperature, top_p=args.top_p)
+            else:
+                generate = hf_generate_fn(policy, trainer.chat, temperature=args.temperature, top_p=args.top_p,
+                                          batch_size=max(1, len(task_ids)), **extra)
             choose = None
             if args.action_selection == "choose":
                 choose = hf_choice_fn(policy, trainer.chat, temperature=args.temperature)
@@ -46,6 +52,42 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
                     action_selection=args.action_selection, choose_fn=choose, **trainer.rollout_kwargs)
         finally:
             policy.train(was_training)
+
+
+def vllm_generate_fn(trainer: Any, *, temperature: float, top_p: float) -> GenerateFn:
+    """A :data:`GenerateFn` sampling from TRL's colocated vLLM engine: token-id prompts in, the new token ids
+    (cut after the policy's eos, like ``hf_generate_fn``) and their sampled log-probs out. TRL's ``top_k``,
+    ``min_p``, ``repetition_penalty`` and ``generation_kwargs`` apply as in its own vLLM generation."""
+    if getattr(trainer, "vllm_mode", "colocate") != "colocate":
+        raise NotImplementedError("the SkillDuet rollout drives vLLM in colocate mode only: its episodes are "
+                                  "multi-turn, generated turn by turn in the trainer process (use "
+                                  "vllm_mode='colocate')")
+    from vllm import SamplingParams
+
+    args, llm = trainer.args, trainer.vllm_generation.llm
+    eos = trainer.chat.eos_token_id
+    fixed: dict[str, Any] = {"n": 1, "temperature": temperature, "top_p": top_p,
+                             "top_k": -1 if args.top_k in (None, 0) else int(args.top_k),
+                             "min_p": 0.0 if args.min_p is None else float(args.min_p),
+                             "repetition_penalty": float(args.repetition_penalty), "logprobs": 0,
+                             "stop_token_ids": [eos]}
+    fixed.update(args.generation_kwargs or {})
+
+    def generate(contexts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        params = SamplingParams(max_tokens=int(max_new_tokens), **fixed)
+        outputs = llm.generate([{"prompt_token_ids": list(c)} for c in contexts], params, use_tqdm=False)
+        out = []
+        for result in outputs:
+            sample = result.outputs[0]
+            ids = list(sample.token_ids)
+            cut = ids.index(eos) + 1 if eos in ids else len(ids)
+            logps = None
+            if sample.logprobs is not None:
+                logps = [float(step[tok].logprob) for step, tok in zip(sample.logprobs[:cut], ids[:cut])]
+            out.append(Generation(token_ids=ids[:cut], logps=logps))
+        return out
+
+    return generate
 
 
 def rollout_output(episodes: list[Episode], eos_token_id: int) -> dict[str, Any]:
@@ -66,7 +108,7 @@ def rollout_output(episodes: list[Episode], eos_token_id: int) -> dict[str, Any]
     return {
         "prompt_ids": [list(ep.tokens.prompt_ids) for ep in episodes],
         "completion_ids": completion_ids,
-        "logprobs": None,
+        "logprobs": _sampling_logps(episodes),
         "env_mask": env_mask,
         "env_reward": [float(ep.reward) for ep in episodes],
         "invalid_actions": [int(ep.invalid_actions) for ep in episodes],
@@ -74,3 +116,15 @@ def rollout_output(episodes: list[Episode], eos_token_id: int) -> dict[str, Any]
         "env_turns": [int(ep.num_turns) for ep in episodes],
         "skillduet_episode": list(range(len(episodes))),
     }
+
+
+def _sampling_logps(episodes: list[Episode]) -> list[list[float]] | None:
+    """Per completion token, the log-prob the sampler gave it (0.0 on environment tokens, which TRL masks out);
+    None unless every episode has them (HF sampling does not record them here)."""
+    if not episodes or not all(ep.has_logps for ep in episodes):
+        return None
+    out = []
+    for ep in episodes:
+        logps = [float(x) for x in ep.tokens.completion_logps]
+        out.append(logps if logps else [0.0])
+    return out

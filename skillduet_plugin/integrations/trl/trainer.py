@@ -81,6 +81,10 @@ class SkillDuetMixin:
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                          rollout_func=self._skillduet_rollout, **kwargs)
         self.chat = ChatTokenizer(self._tokenizer, args.chat_template_kwargs)
+        if self.use_vllm:
+            from skillduet_plugin.integrations.trl.vllm_sync import install_cpu_weight_sync
+
+            install_cpu_weight_sync(self.vllm_generation)
         if lifecycle is None and not self.skillduet.is_plain_grpo:
             from skillduet_plugin.skills.bank import BANK_FILENAME
             from skillduet_plugin.skills.lifecycle import SkillLifecycle

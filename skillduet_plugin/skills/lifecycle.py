@@ -30,6 +30,7 @@ from skillduet_plugin.skills.scoring import SkillScore, score_skills
 from skillduet_plugin.skills.similarity import SimilarityFn, embedding_matrix_fn
 from skillduet_plugin.skills.teacher_scoring import (ScoringPlan, plan_scoring, score_from_plan,
                                                      score_teacher_pass, step_tokens)
+from skillduet_plugin.skills.tracking import SkillTracker
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ class SkillLifecycle:
                           "skipped_validation": 0, "consolidations": 0}
         self._last: dict[str, float] = {}
         self._failure_offset: dict[str, float] = {}
+        #: where the skills go besides the bank: the trainer's tracker (set by the adapters; default: nowhere)
+        self.tracker: SkillTracker = SkillTracker()
 
     # ------------------------------------------------------------------ backends (built lazily)
     @property
@@ -310,6 +313,8 @@ class SkillLifecycle:
         self._last["skills/unscored"] = float(sum(sc.strength is None for sc in scores.values()))
         if plan is not None:
             self._last.update({f"skills/{k}": v for k, v in plan.stats().items()})
+        if self.write:
+            self.tracker.on_scores(max(s.step for s in skills), skills, scores, trajectories)
         return _plain_scores(scores)
 
     # ------------------------------------------------------------------ consolidation
@@ -331,10 +336,14 @@ class SkillLifecycle:
                     if v.step == step]
         last = self.bank.last_consolidation_step(step - 1)
         reports: list[ConsolidationReport] = []
+        by_scope: dict[str, list[Skill]] = {}
+        previous: dict[str, str] = {}
         for scope in self.bank.candidate_scopes(since_step=last, until_step=step):
-            candidates = self.bank.candidates(scope=scope, since_step=last, until_step=step)
+            candidates = by_scope[scope] = self.bank.candidates(scope=scope, since_step=last, until_step=step)
+            current = self.bank.current_global(scope)
+            previous[scope] = current.text
             reports.append(consolidate_scope(
-                scope, candidates, self.bank.current_global(scope), step=step, selector=self.config.selector,
+                scope, candidates, current, step=step, selector=self.config.selector,
                 keep_ratio=self.config.keep_ratio, dedupe_threshold=self.config.dedupe_threshold,
                 seed=self.config.seed, budget_tokens=self.config.skill_token_budget, synthesizer=self.synthesizer,
                 tokenizer=self.tokenizer, max_chars=self.config.max_skill_chars,
@@ -345,6 +354,7 @@ class SkillLifecycle:
         for r, v in zip(reports, versions):
             r.version = v.version
         self.reload()
+        self.tracker.on_consolidation(step, reports, by_scope, previous)
         for r in reports:
             logger.info("step %d: Global %s v%s from %d candidates (kept %d, %d items, %d tokens)", step, r.scope,
                         r.version, r.n_candidates, len(r.kept), len(r.items), r.tokens)

@@ -342,6 +342,13 @@ class SkillDuetTrainer(PPOTrainerSync):
             self._check.update(strength_gap(scores, reference))
         return batch
 
+    def on_train_begin(self) -> None:
+        super().on_train_begin()
+        self._ensure_lifecycle()  # the skills go to the loggers verl's fit() just made (trainer.logger)
+        from skillduet_plugin.integrations.verl.tracking import tracker_from_verl
+
+        self.lifecycle.tracker = tracker_from_verl(getattr(self, "logger", None))
+
     def on_step_end(self) -> None:
         super().on_step_end()  # rollout replicas get the new weights first
         with self._timer("skillduet_end_step"):  # consolidation, publication, bank snapshot

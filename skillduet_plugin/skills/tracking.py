@@ -129,14 +129,14 @@ def global_markdown(report: Any, previous: str) -> str:
     """The new Global of one scope as Markdown: header, items, the kept candidates it was built from, the diff."""
     new_text = "\n".join(f"- {item}" for item in report.items)
     old = f"v{report.parent_version}" if report.parent_version is not None else "(none)"
+    diff = global_diff(previous, new_text, old_name=old, new_name=f"v{report.version}")
     parts = [f"**Global `{report.scope}` v{report.version}** (step {report.step}, selector {report.selector}, "
              f"{len(report.items)} items, {report.tokens}/{report.budget_tokens} tokens, "
              f"{len(report.kept)} kept of {report.n_candidates} candidates)", "",
              new_text or "(empty)", "",
              "Built from: " + (", ".join(f"`{sid}`" for sid in report.kept) or "(no new candidate)"), "",
              f"Diff {old} -> v{report.version}:", "",
-             "\n".join("    " + line for line in global_diff(previous, new_text, old_name=old,
-                                                              new_name=f"v{report.version}").splitlines())]
+             "\n".join("    " + line for line in diff.splitlines())]  # indented: a code block in Markdown
     if report.notes:
         parts += ["", "Notes: " + ", ".join(report.notes)]
     return "\n".join(parts)

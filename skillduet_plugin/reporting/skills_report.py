@@ -78,8 +78,11 @@ def ranked_skills_section(bank_path: Path, level: str) -> list[str]:
     rows = [[str(i + 1), f"{float(s.scores['strength']):.4g}", s.scope, str(s.step),
              s.source_traj_ids[0] if s.source_traj_ids else "", fate.get(s.skill_id, "not consolidated yet"),
              _cut(s.text)] for i, s in shown]
-    lines += [f"{len(scored)} scored candidates; the top {min(RANKED_TOP, len(scored))} and the bottom "
-              f"{max(0, min(RANKED_BOTTOM, len(scored) - RANKED_TOP))} by Strength.", ""]
+    if len(shown) == len(scored):
+        lines += [f"All {len(scored)} scored candidates, by Strength.", ""]
+    else:
+        lines += [f"{len(scored)} scored candidates; the top {RANKED_TOP} and the bottom {len(shown) - RANKED_TOP} "
+                  "by Strength.", ""]
     return lines + markdown_table(["rank", "Strength", "scope", "step", "source trajectory", "consolidation",
                                    "skill"], rows).splitlines() + [""]
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +26,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.window is not None and args.window < 1:
         raise SystemExit(f"--window={args.window} must be >= 1")
+    t0 = time.time()
     path = build_report(args.run_dirs, args.out, labels=args.label, window=args.window, html=not args.no_html)
     print(path)
     if not args.no_html:
         print(path.with_suffix(".html"))
+    summary = f"report of {len(args.run_dirs)} run(s) in {time.time() - t0:.0f} s"
+    if not args.no_html:
+        summary += f"; the page is {path.with_suffix('.html').stat().st_size / 1024:.0f} KiB with its images inlined"
+    print(summary, file=sys.stderr)
     return 0

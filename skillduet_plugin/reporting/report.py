@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tqdm.auto import tqdm
+
 from skillduet_plugin.reporting.html import render_html
 from skillduet_plugin.reporting.plots import (has_series, plot_analyzer_failures, plot_compare,
                                               plot_compare_task_types, task_types)
@@ -215,7 +217,9 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     level = "##" if len(runs) == 1 else "###"
     if len(runs) > 1:
         lines += ["## Each run", ""]
-    for i, (run, name) in enumerate(zip(runs, names)):
+    # one bar tick per run (plots and the bank read take seconds each); silent when stderr is not a terminal
+    for i, (run, name) in enumerate(tqdm(list(zip(runs, names)), desc="report", unit="run", leave=False,
+                                         disable=None)):
         lines += _run_section(run, name, i, assets, md.parent, level)
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text("\n".join(lines).rstrip() + "\n")

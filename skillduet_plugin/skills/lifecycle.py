@@ -313,7 +313,7 @@ class SkillLifecycle:
         self._last["skills/unscored"] = float(sum(sc.strength is None for sc in scores.values()))
         if plan is not None:
             self._last.update({f"skills/{k}": v for k, v in plan.stats().items()})
-        if self.write:
+        if self.write and skills:  # the main process tells the trainer's tracker (no-op when none is connected)
             self.tracker.on_scores(max(s.step for s in skills), skills, scores, trajectories)
         return _plain_scores(scores)
 

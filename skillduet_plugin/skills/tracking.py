@@ -20,7 +20,7 @@ from skillduet_plugin.skills.types import Skill, Trajectory
 logger = logging.getLogger(__name__)
 
 #: tag prefix of everything the bridge logs (TensorBoard's text tab and W&B group by it)
-TAG_PREFIX = "skillduet"
+TAG_PREFIX = "skillduet_skills"  # apart from the scalars (skillduet/*): W&B keeps one value per key and step
 LOCAL_COLUMNS = ["rank", "end", "strength", "utility", "contrast", "n_heldout", "scope", "kind", "source_trajectory",
                  "source_reward", "skill_id", "text"]
 CANDIDATE_COLUMNS = ["status", "reason", "strength", "scope", "source_trajectories", "skill_id", "text"]
@@ -168,7 +168,7 @@ class TrackerBridge(SkillTracker):
         if not skills:
             return
         rows = local_skill_rows(skills, scores, trajectories, k=self.k, max_chars=self.max_chars)
-        self._emit("table", f"{TAG_PREFIX}/local_skills", step, LOCAL_COLUMNS, rows)
+        self._emit("table", f"{TAG_PREFIX}/local_ranked", step, LOCAL_COLUMNS, rows)
 
     def on_consolidation(self, step: int, reports: Sequence[Any], candidates: Mapping[str, Sequence[Skill]],
                          previous: Mapping[str, str]) -> None:

@@ -69,7 +69,7 @@ def test_a_failing_writer_never_stops_the_others():
 
     good = RecordingWriter()
     TrackerBridge([Broken(), good]).on_scores(3, _skills(2), {}, [])
-    assert [c[:3] for c in good.calls] == [("table", "skillduet/local_skills", 3)]
+    assert [c[:3] for c in good.calls] == [("table", "skillduet_skills/local_ranked", 3)]
 
 
 def test_lifecycle_reports_scores_and_consolidations_to_its_tracker(tmp_path, tiny_tokenizer):
@@ -80,18 +80,18 @@ def test_lifecycle_reports_scores_and_consolidations_to_its_tracker(tmp_path, ti
     lc.tracker = TrackerBridge([writer], k=2)
     _run(lc, ChatTokenizer(tiny_tokenizer), [1, 2])
     tables = [(c[1], c[2]) for c in writer.calls if c[0] == "table"]
-    assert [t for t in tables if t[0] == "skillduet/local_skills"] == [("skillduet/local_skills", 1),
-                                                                       ("skillduet/local_skills", 2)]
+    assert [t for t in tables if t[0] == "skillduet_skills/local_ranked"] == [("skillduet_skills/local_ranked", 1),
+                                                                       ("skillduet_skills/local_ranked", 2)]
     versions = lc.bank.history()
     assert versions and {v.step for v in versions} == {2}
     texts = {c[1]: c[3] for c in writer.calls if c[0] == "text"}
     for v in versions:
-        assert all(line in texts[f"skillduet/global/{v.scope}"] for line in v.text.splitlines())
-        assert ("skillduet/consolidation/" + v.scope, 2) in tables
+        assert all(line in texts[f"skillduet_skills/global/{v.scope}"] for line in v.text.splitlines())
+        assert ("skillduet_skills/consolidation/" + v.scope, 2) in tables
     lc.close()
 
 
 def test_console_writer_is_short():
     lines: list[str] = []
-    ConsoleWriter(lines.append, max_rows=2).table("skillduet/local_skills", ["a"], [[1], [2], [3], [4]], 5)
-    assert lines[0].startswith("[skillduet/local_skills step 5]") and lines[0].endswith("(2 more rows)")
+    ConsoleWriter(lines.append, max_rows=2).table("skillduet_skills/local_ranked", ["a"], [[1], [2], [3], [4]], 5)
+    assert lines[0].startswith("[skillduet_skills/local_ranked step 5]") and lines[0].endswith("(2 more rows)")

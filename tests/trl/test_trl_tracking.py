@@ -39,26 +39,26 @@ def test_tensorboard_and_wandb_show_the_global_and_the_ranked_skills(make_traine
     assert versions and candidate_steps, "the run must extract and consolidate for the test to mean anything"
 
     texts = tensorboard_texts(tmp_path / "tb")
-    assert set(texts["skillduet/local_skills"]) == candidate_steps  # one table per step with Local skills
-    assert texts["skillduet/local_skills"][min(candidate_steps)].startswith("| " + " | ".join(LOCAL_COLUMNS))
+    assert set(texts["skillduet_skills/local_ranked"]) == candidate_steps  # one table per step with Local skills
+    assert texts["skillduet_skills/local_ranked"][min(candidate_steps)].startswith("| " + " | ".join(LOCAL_COLUMNS))
     for v in versions:  # every Global version at its consolidation step: its items, then the diff
-        panel = texts[f"skillduet/global/{v.scope}"][v.step]
+        panel = texts[f"skillduet_skills/global/{v.scope}"][v.step]
         assert f"v{v.version}" in panel and "Diff (none) -> v1" in panel
         assert all(line in panel for line in v.text.splitlines())
-        table = texts[f"skillduet/consolidation/{v.scope}"][v.step]
+        table = texts[f"skillduet_skills/consolidation/{v.scope}"][v.step]
         assert "| kept |" in table and table.startswith("| " + " | ".join(CANDIDATE_COLUMNS))
     assert "train/loss" in tensorboard_scalars(tmp_path / "tb")  # TRL's own scalars sit beside them
 
     (run_dir,) = wandb_offline_runs(tmp_path / "wb")
     rows = wandb_history(run_dir)
-    local = [r for r in rows if r.get("skillduet/local_skills/_type") == "table-file"]
+    local = [r for r in rows if r.get("skillduet_skills/local_ranked/_type") == "table-file"]
     assert {r["train/global_step"] for r in local} == candidate_steps
-    table = wandb_media(run_dir, {"path": local[0]["skillduet/local_skills/path"]})
+    table = wandb_media(run_dir, {"path": local[0]["skillduet_skills/local_ranked/path"]})
     assert table["columns"] == LOCAL_COLUMNS and table["data"]
     v = versions[0]
-    (glob_row,) = [r for r in rows if r.get(f"skillduet/global/{v.scope}/_type") == "html-file"
+    (glob_row,) = [r for r in rows if r.get(f"skillduet_skills/global/{v.scope}/_type") == "html-file"
                    and r["train/global_step"] == v.step]
-    page = wandb_media(run_dir, {"path": glob_row[f"skillduet/global/{v.scope}/path"]})
+    page = wandb_media(run_dir, {"path": glob_row[f"skillduet_skills/global/{v.scope}/path"]})
     assert all(line.replace("'", "&#x27;") in page for line in v.text.splitlines())
 
 
@@ -72,4 +72,4 @@ def test_without_the_bridge_the_event_files_hold_no_skills(make_trainer, tmp_pat
     versions, candidate_steps = _bank(tmp_path / "run")
     assert versions and candidate_steps
     assert "train/loss" in tensorboard_scalars(tmp_path / "tb")
-    assert not [tag for tag in tensorboard_texts(tmp_path / "tb") if tag.startswith("skillduet/")]
+    assert not [tag for tag in tensorboard_texts(tmp_path / "tb") if tag.startswith("skillduet_skills/")]

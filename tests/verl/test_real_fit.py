@@ -64,7 +64,7 @@ def test_stock_main_ppo_fit_and_weight_sync_negative_control(tmp_path):
     assert not any(k.startswith("skillduet/") for m in metrics.values() for k in m)
     # negative control of the tracker test below: verl's event file is read (its scalars), no skill text in it
     assert set(tensorboard_scalars(tmp_path / "tb")["actor/pg_loss"]) == {1, 2, 3}
-    assert not [tag for tag in tensorboard_texts(tmp_path / "tb") if tag.startswith("skillduet/")]
+    assert not [tag for tag in tensorboard_texts(tmp_path / "tb") if tag.startswith("skillduet_skills/")]
     assert_rollout_synced(metrics, [1, 2])
     assert metrics[3][GAP] > 1e-5, "skipping the sync should leave the rollout on stale weights"
     with pytest.raises(AssertionError, match="gap"):
@@ -95,18 +95,18 @@ def assert_skills_in_trackers(out: Path, bank_dir: Path, steps: set[int]) -> Non
         bank.close()
     assert {v.step for v in versions} == steps  # consolidation_interval=1
     texts = tensorboard_texts(out / "tb")
-    assert set(texts["skillduet/local_skills"]) == steps
-    assert all(texts["skillduet/local_skills"][s].startswith("| rank | end | strength") for s in steps)
+    assert set(texts["skillduet_skills/local_ranked"]) == steps
+    assert all(texts["skillduet_skills/local_ranked"][s].startswith("| rank | end | strength") for s in steps)
     for v in versions:
-        panel = texts[f"skillduet/global/{v.scope}"][v.step]
+        panel = texts[f"skillduet_skills/global/{v.scope}"][v.step]
         assert f"v{v.version}" in panel and all(line in panel for line in v.text.splitlines()), (v.scope, v.step)
-        assert "| kept |" in texts[f"skillduet/consolidation/{v.scope}"][v.step]
+        assert "| kept |" in texts[f"skillduet_skills/consolidation/{v.scope}"][v.step]
     (run_dir,) = wandb_offline_runs(out / "wb")
     rows = wandb_history(run_dir)
-    local = [r for r in rows if r.get("skillduet/local_skills/_type") == "table-file"]
+    local = [r for r in rows if r.get("skillduet_skills/local_ranked/_type") == "table-file"]
     assert {r["_step"] for r in local} == steps  # logged with verl's step
-    assert wandb_media(run_dir, {"path": local[0]["skillduet/local_skills/path"]})["data"]
-    assert "[skillduet/global/" in (out / "skillduet.log").read_text()
+    assert wandb_media(run_dir, {"path": local[0]["skillduet_skills/local_ranked/path"]})["data"]
+    assert "[skillduet_skills/global/" in (out / "skillduet.log").read_text()
 
 
 @pytest.mark.slow
@@ -126,7 +126,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
                    overrides=["skillduet.teacher_logprobs=compare", "trainer.logger=[console,file,tensorboard,wandb]"])
     assert sorted(metrics) == [1, 2]
     for step, m in metrics.items():
-        assert m["skillduet/local_skills"] > 0, step
+        assert m["skillduet_skills/local_ranked"] > 0, step
         assert m["skillduet/trajectories"] == 8, step
         assert math.isfinite(m["actor/skillduet/opd_loss"]), step
         assert 0.0 < m["actor/skillduet/opd/gate_active_ratio"] < 1.0, step
@@ -161,7 +161,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     assert sorted(resumed) == [3]
     newest = max(v for versions in saved[2].values() for v, _ in versions)
     assert resumed[3]["skillduet/rollout_global_version"] == newest
-    assert resumed[3]["skillduet/local_skills"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
+    assert resumed[3]["skillduet_skills/local_ranked"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
     assert not any(k.startswith("skillduet/check/") for k in resumed[3])  # the default: actor log-probs only
     assert_rollout_synced(resumed, [3])
     after = _bank_globals(ckpt / "global_step_3" / "skillduet" / "bank")

@@ -40,10 +40,10 @@ def test_tensorboard_and_console_through_verl_tracking(tmp_path, monkeypatch, ca
     skill = _emit(tracker, tracking)
     tracking.finish()
     texts = tensorboard_texts(tmp_path / "tb")
-    assert set(texts) == {"skillduet/local_skills", "skillduet/global/cool", "skillduet/consolidation/cool"}
-    assert skill.skill_id in texts["skillduet/local_skills"][3]
-    assert "- open the fridge first" in texts["skillduet/global/cool"][3]
-    assert "[skillduet/global/cool step 3]" in capsys.readouterr().out
+    assert set(texts) == {"skillduet_skills/local_ranked", "skillduet_skills/global/cool", "skillduet_skills/consolidation/cool"}
+    assert skill.skill_id in texts["skillduet_skills/local_ranked"][3]
+    assert "- open the fridge first" in texts["skillduet_skills/global/cool"][3]
+    assert "[skillduet_skills/global/cool step 3]" in capsys.readouterr().out
 
 
 def test_without_the_bridge_verl_event_files_hold_only_scalars(tmp_path, monkeypatch):
@@ -72,9 +72,9 @@ def test_wandb_offline_through_verl_tracking(tmp_path, monkeypatch):
     _emit(tracker, tracking)
     tracking.finish()
     (run_dir,) = wandb_offline_runs(tmp_path)
-    (row,) = [r for r in wandb_history(run_dir) if "skillduet/local_skills/path" in r]
+    (row,) = [r for r in wandb_history(run_dir) if "skillduet_skills/local_ranked/path" in r]
     assert row["_step"] == 3 and row["actor/pg_loss"] == 0.5  # the skills share verl's step
-    table = wandb_media(run_dir, {"path": row["skillduet/local_skills/path"]})
+    table = wandb_media(run_dir, {"path": row["skillduet_skills/local_ranked/path"]})
     assert table["data"][0][-1] == "open the fridge before looking inside"
-    page = wandb_media(run_dir, {"path": row["skillduet/global/cool/path"]})
+    page = wandb_media(run_dir, {"path": row["skillduet_skills/global/cool/path"]})
     assert "- open the fridge first" in page

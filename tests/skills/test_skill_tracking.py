@@ -80,8 +80,7 @@ def test_lifecycle_reports_scores_and_consolidations_to_its_tracker(tmp_path, ti
     lc.tracker = TrackerBridge([writer], k=2)
     _run(lc, ChatTokenizer(tiny_tokenizer), [1, 2])
     tables = [(c[1], c[2]) for c in writer.calls if c[0] == "table"]
-    assert [t for t in tables if t[0] == "skillduet_skills/local_ranked"] == [("skillduet_skills/local_ranked", 1),
-                                                                       ("skillduet_skills/local_ranked", 2)]
+    assert [step for tag, step in tables if tag == "skillduet_skills/local_ranked"] == [1, 2]
     versions = lc.bank.history()
     assert versions and {v.step for v in versions} == {2}
     texts = {c[1]: c[3] for c in writer.calls if c[0] == "text"}

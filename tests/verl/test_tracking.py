@@ -40,7 +40,8 @@ def test_tensorboard_and_console_through_verl_tracking(tmp_path, monkeypatch, ca
     skill = _emit(tracker, tracking)
     tracking.finish()
     texts = tensorboard_texts(tmp_path / "tb")
-    assert set(texts) == {"skillduet_skills/local_ranked", "skillduet_skills/global/cool", "skillduet_skills/consolidation/cool"}
+    assert set(texts) == {"skillduet_skills/local_ranked", "skillduet_skills/global/cool",
+                          "skillduet_skills/consolidation/cool"}
     assert skill.skill_id in texts["skillduet_skills/local_ranked"][3]
     assert "- open the fridge first" in texts["skillduet_skills/global/cool"][3]
     assert "[skillduet_skills/global/cool step 3]" in capsys.readouterr().out

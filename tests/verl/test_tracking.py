@@ -63,6 +63,7 @@ def test_backends_that_cannot_show_text_get_no_bridge(tmp_path, monkeypatch):
     assert type(tracker_from_verl(None)) is SkillTracker
 
 
+@pytest.mark.slow  # wandb's service process starts in ~5 s idle, 20+ s under load
 def test_wandb_offline_through_verl_tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

@@ -44,6 +44,7 @@ from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, 
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, plan_teacher_batch
+from skillduet_plugin.integrations.verl.tracking import tracker_from_verl
 from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
@@ -345,8 +346,6 @@ class SkillDuetTrainer(PPOTrainerSync):
     def on_train_begin(self) -> None:
         super().on_train_begin()
         self._ensure_lifecycle()  # the skills go to the loggers verl's fit() just made (trainer.logger)
-        from skillduet_plugin.integrations.verl.tracking import tracker_from_verl
-
         self.lifecycle.tracker = tracker_from_verl(getattr(self, "logger", None))
 
     def on_step_end(self) -> None:

@@ -126,7 +126,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
                    overrides=["skillduet.teacher_logprobs=compare", "trainer.logger=[console,file,tensorboard,wandb]"])
     assert sorted(metrics) == [1, 2]
     for step, m in metrics.items():
-        assert m["skillduet_skills/local_ranked"] > 0, step
+        assert m["skillduet/local_skills"] > 0, step
         assert m["skillduet/trajectories"] == 8, step
         assert math.isfinite(m["actor/skillduet/opd_loss"]), step
         assert 0.0 < m["actor/skillduet/opd/gate_active_ratio"] < 1.0, step
@@ -161,7 +161,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     assert sorted(resumed) == [3]
     newest = max(v for versions in saved[2].values() for v, _ in versions)
     assert resumed[3]["skillduet/rollout_global_version"] == newest
-    assert resumed[3]["skillduet_skills/local_ranked"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
+    assert resumed[3]["skillduet/local_skills"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
     assert not any(k.startswith("skillduet/check/") for k in resumed[3])  # the default: actor log-probs only
     assert_rollout_synced(resumed, [3])
     after = _bank_globals(ckpt / "global_step_3" / "skillduet" / "bank")

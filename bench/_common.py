@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from tqdm.auto import tqdm
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as ``python bench/x.py`` from a checkout without installing
     sys.path.insert(0, str(REPO_ROOT))
@@ -65,6 +67,8 @@ def interleaved(configs: Mapping[str, Callable[[], Any]], *, repeats: int = 5, w
         raise ValueError(f"warmup={warmup} must be >= 0")
     setup = setup or {}
     timings = Timings(samples={name: [] for name in configs})
+    # progress on a terminal, updated outside the timed region (tqdm stays silent when stderr is not a terminal)
+    bar = tqdm(total=(warmup + repeats) * len(configs), desc="bench", unit="run", leave=False, disable=None)
     for rnd in range(warmup + repeats):
         for name, fn in configs.items():
             if name in setup:
@@ -76,6 +80,8 @@ def interleaved(configs: Mapping[str, Callable[[], Any]], *, repeats: int = 5, w
             if rnd >= warmup:
                 timings.samples[name].append(elapsed)
                 timings.order.append(name)
+            bar.update(1)
+    bar.close()
     return timings
 
 

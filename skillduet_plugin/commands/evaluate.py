@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
@@ -90,6 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(model_dir, config)
     tasks = panel(config, limit=args.limit)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    t0 = time.time()
     results = evaluate_panel(model, tokenizer, config, tasks, bank, conditions=conditions, log=log)
     results.update(panel=config.panel, env=config.env, model=str(model_dir), bank=str(bank) if bank else None,
                    max_turns=config.max_turns)
@@ -99,4 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         write_json(out_dir / f"eval_{config.panel}.json", results)
         (out_dir / f"eval_{config.panel}.md").write_text(table)
         print(out_dir / f"eval_{config.panel}.md")
+    played = ", ".join(results.get("conditions", {})) or "none"
+    log(f"eval finished in {time.time() - t0:.0f} s: {len(tasks)} tasks of {config.panel} under {played}"
+        + (f" (skipped: {', '.join(results['skipped'])})" if results.get("skipped") else ""))
     return 0

@@ -1,5 +1,6 @@
-"""Build the Markdown report of one or several runs: a summary table, the run plots, and (for several runs)
-the curves side by side. Images go to a folder next to the Markdown file and are linked relatively."""
+"""Build the report of one or several runs: a summary table, the run plots, the Global versions with their diffs,
+the ranked Local skills, the evaluations (Table-3 rows) and (for several runs) the curves side by side. Written as
+Markdown (images in a folder next to it, linked relatively) and as one self-contained HTML page beside it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tqdm.auto import tqdm
+
+from skillduet_plugin.reporting.html import render_html
 from skillduet_plugin.reporting.plots import (has_series, plot_analyzer_failures, plot_compare,
                                               plot_compare_task_types, task_types)
 from skillduet_plugin.reporting.runs import RunData, load_run, unique_labels
+from skillduet_plugin.reporting.skills_report import global_versions_section, ranked_skills_section
 from skillduet_plugin.runs import plots as run_plots
 
 TAIL_STEPS = 5  # "final" figures are the mean over the last few logged steps (single steps are noisy)
@@ -128,11 +133,12 @@ def _run_section(run: RunData, label: str, index: int, assets: Path, md_dir: Pat
         lines += _table(["step", "scope", "version", "items", unit], rows) + [""]
     else:
         lines += ["No Global version in the skill bank (no consolidation yet, or no bank).", ""]
+    lines += global_versions_section(run.bank, level) + ranked_skills_section(run.bank, level)
     lines += [f"{level}# Analyzer failures", ""]
     _image(lines, md_dir, plot_analyzer_failures(steps, assets / f"{stem}_analyzer.png",
                                                  title=f"{label}: analyzer failures"), "analyzer failures")
     if run.evaluations:
-        lines += [f"{level}# Evaluation", ""]
+        lines += [f"{level}# Evaluation (Table-3 rows)", ""]
         for name, data in run.evaluations.items():
             lines += [f"`{name}`", ""] + _evaluation_table(data) + [""]
     return lines
@@ -173,8 +179,9 @@ def _side_by_side(runs: Sequence[RunData], labels: Sequence[str], assets: Path, 
 
 
 def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None, *,
-                 labels: Sequence[str] | None = None, window: int | None = None) -> Path:
-    """Write the Markdown report of ``run_dirs`` to ``out`` and return its path.
+                 labels: Sequence[str] | None = None, window: int | None = None, html: bool = True) -> Path:
+    """Write the Markdown report of ``run_dirs`` to ``out`` (and the HTML page ``<out stem>.html`` beside it
+    unless ``html`` is False); return the Markdown file's path.
 
     Args:
         run_dirs: one or more run directories (each holds ``metrics.jsonl``; ``config.yaml`` and
@@ -210,8 +217,12 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     level = "##" if len(runs) == 1 else "###"
     if len(runs) > 1:
         lines += ["## Each run", ""]
-    for i, (run, name) in enumerate(zip(runs, names)):
+    # one bar tick per run (plots and the bank read take seconds each); silent when stderr is not a terminal
+    for i, (run, name) in enumerate(tqdm(list(zip(runs, names)), desc="report", unit="run", leave=False,
+                                         disable=None)):
         lines += _run_section(run, name, i, assets, md.parent, level)
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text("\n".join(lines).rstrip() + "\n")
+    if html:
+        md.with_suffix(".html").write_text(render_html(lines, md.parent, title))
     return md

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tqdm.auto import tqdm
+
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
@@ -180,7 +182,9 @@ def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, 
     results: dict[str, Any] = {"conditions": {}, "skipped": {},
                                "decoding": "greedy" if action_selection == "generate" else "greedy choice",
                                "panel_size": len(task_ids)}
-    for mode in conditions:
+    # a bar per panel on a terminal (tqdm disables itself when stderr is not one: logs and tests stay clean)
+    for mode in tqdm(conditions, desc=f"eval ({len(task_ids)} tasks)", unit="condition", leave=False,
+                     disable=None, dynamic_ncols=True):
         if mode not in CONDITIONS:
             raise ValueError(f"condition={mode!r} is invalid: allowed values are {', '.join(CONDITIONS)}")
         condition = GlobalCondition(mode, lifecycle)

@@ -32,6 +32,7 @@ from skillduet_plugin.skills.scoring import SkillScore, score_skills
 from skillduet_plugin.skills.similarity import SimilarityFn, embedding_matrix_fn
 from skillduet_plugin.skills.teacher_scoring import (ScoringPlan, plan_scoring, score_from_plan,
                                                      score_teacher_pass, step_tokens)
+from skillduet_plugin.skills.tracking import SkillTracker
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ class SkillLifecycle:
                           "local_extracted": 0, "skipped_validation": 0, "consolidations": 0, "global_fallbacks": 0}
         self._last: dict[str, float] = {}
         self._failure_offset: dict[str, float] = {}
+        #: where the skills go besides the bank: the trainer's tracker (set by the adapters; default: nowhere)
+        self.tracker: SkillTracker = SkillTracker()
 
     # ------------------------------------------------------------------ backends (built lazily)
     @property
@@ -320,6 +323,8 @@ class SkillLifecycle:
         self._last["skills/unscored"] = float(sum(sc.strength is None for sc in scores.values()))
         if plan is not None:
             self._last.update({f"skills/{k}": v for k, v in plan.stats().items()})
+        if self.write and skills:  # the main process tells the trainer's tracker (no-op when none is connected)
+            self.tracker.on_scores(max(s.step for s in skills), skills, scores, trajectories)
         return _plain_scores(scores)
 
     # ------------------------------------------------------------------ consolidation
@@ -361,12 +366,15 @@ class SkillLifecycle:
                 reports = list(pool.map(consolidate, jobs))
         else:
             reports = [consolidate(job) for job in jobs]
+        by_scope = {scope: candidates for scope, candidates, _ in jobs}
+        previous = {scope: current.text for scope, _, current in jobs}
         versions = self.bank.commit_consolidation(step, [
             {"scope": r.scope, "items": r.items, "text": render_global(r.items), "selector": r.selector,
              "report": r.to_dict()} for r in reports])
         for r, v in zip(reports, versions):
             r.version = v.version
         self.reload()
+        self.tracker.on_consolidation(step, reports, by_scope, previous)
         for r in reports:
             logger.info("step %d: Global %s v%s from %d candidates (kept %d, %d items, %d tokens)", step, r.scope,
                         r.version, r.n_candidates, len(r.kept), len(r.items), r.tokens)

@@ -134,7 +134,8 @@ def runtime_env_overrides(env: dict[str, str]) -> list[str]:
     """Pass the shim/backend variables (and PYTHONPATH, for a source checkout) to every Ray worker."""
     keys = ["VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_MODULES", "TOKENIZERS_PARALLELISM",
             "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VERL_FILE_LOGGER_PATH",
-            "SKILLDUET_CPU_ROLLOUT_SKIP_SYNC_AT", "PYTHONPATH"]
+            "SKILLDUET_CPU_ROLLOUT_SKIP_SYNC_AT", "PYTHONPATH", "TENSORBOARD_DIR", "WANDB_MODE", "WANDB_DIR",
+            "WANDB_SILENT"]
     return [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={json.dumps(env[k])}" for k in keys if env.get(k)]
 
 

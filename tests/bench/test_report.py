@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,43 @@ def make_run(root: Path, *, name: str, method: str, success: list[float], with_b
     return root
 
 
+class PageParser(HTMLParser):
+    """Headings, images, links and table header rows of an HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings: list[str] = []
+        self.images: list[str] = []
+        self.urls: list[str] = []
+        self.tables = 0
+        self._in_heading = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag in ("h1", "h2", "h3", "h4"):
+            self._in_heading = True
+            self.headings.append("")
+        elif tag == "img":
+            self.images.append(attrs.get("src") or "")
+        elif tag == "table":
+            self.tables += 1
+        self.urls += [v for k, v in attrs.items() if k in ("src", "href") and v]
+
+    def handle_endtag(self, tag):
+        if tag in ("h1", "h2", "h3", "h4"):
+            self._in_heading = False
+
+    def handle_data(self, data):
+        if self._in_heading:
+            self.headings[-1] += data
+
+
+def parse_page(path: Path) -> PageParser:
+    parser = PageParser()
+    parser.feed(path.read_text())
+    return parser
+
+
 def images(md: Path) -> list[Path]:
     return [md.parent / rel for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md.read_text())]
 
@@ -87,6 +126,42 @@ def test_single_run_report_has_every_plot_and_hand_checked_numbers(tmp_path):
     assert "| condition | success | avg | episodes | clean | pick |" in text
     assert "| learned | 0.75 | 0.75 | 4 | 1 | 0.5 |" in text
     assert "| success_after | 0.5 |" in text
+    # the skills: both Global versions, and the candidates ranked by Strength with their fate
+    assert "**`pick` v1** (step 3" in text and "- clean it in the sinkbasin" in text
+    assert re.search(r"\| 1 \| 0\.9 \| clean \| 4 \|", text) and "| 3 | 0.2 | pick | 1 |" in text
+
+
+def test_report_page_is_self_contained_with_every_section_and_image(tmp_path):
+    run = make_run(tmp_path / "run", name="demo", method="skillduet", success=[0.0, 0.25, 0.5, 0.5, 0.75, 1.0])
+    md = build_report([run])
+    page = parse_page(md.with_suffix(".html"))
+    for heading in ("SkillDuet run report", "Learning curve (overall and per task type)", "OPD gate",
+                    "Strength per consolidation", "Global size and token count", "Global versions",
+                    "Ranked Local skills", "Analyzer failures", "Evaluation (Table-3 rows)"):
+        assert heading in page.headings, heading
+    assert len(page.images) == len(images(md)) == 5
+    for src in page.images:  # every image inlined, a real PNG
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG_MAGIC
+    assert not [u for u in page.urls if not u.startswith(("data:", "#"))]  # nothing fetched from anywhere
+    assert page.tables >= 5
+    text = md.with_suffix(".html").read_text()
+    assert "<td>learned</td><td>0.75</td>" in text and "open the fridge first" in text
+
+
+def test_report_page_of_several_runs_and_a_global_diff(tmp_path):
+    a = make_run(tmp_path / "a", name="sd", method="skillduet", success=[0.1, 0.3, 0.5, 0.7])
+    bank = SkillBank(a / "skill_bank.sqlite")
+    bank.commit_consolidation(8, [{"scope": "pick", "items": ["open the fridge first", "then take the apple"],
+                                   "text": "- open the fridge first\n- then take the apple", "selector": "strength"}])
+    bank.close()
+    b = make_run(tmp_path / "b", name="base", method="grpo", success=[0.1, 0.2, 0.2, 0.3], with_bank=False)
+    md = build_report([a, b], tmp_path / "cmp.md", labels=["SkillDuet", "GRPO"])
+    page = parse_page(md.with_suffix(".html"))
+    assert {"Side by side", "Each run", "SkillDuet", "GRPO"} <= set(page.headings)
+    assert page.headings.count("Global versions") == 2 and len(page.images) == len(images(md))
+    text = md.with_suffix(".html").read_text()
+    assert '<span class="add">+- then take the apple</span>' in text  # v1 -> v2 of pick, as a coloured diff
 
 
 def test_several_runs_side_by_side_through_the_cli(tmp_path, capsys):
@@ -95,7 +170,7 @@ def test_several_runs_side_by_side_through_the_cli(tmp_path, capsys):
                  trl_names=True)
     out = tmp_path / "cmp" / "cmp.md"
     assert cli_main(["report", str(a), str(b), "--out", str(out), "--label", "SkillDuet", "--label", "GRPO"]) == 0
-    assert capsys.readouterr().out.strip() == str(out.resolve())
+    assert capsys.readouterr().out.split() == [str(out.resolve()), str(out.resolve().with_suffix(".html"))]
     text = out.read_text()
     assert "## Side by side" in text and "### SkillDuet" in text and "### GRPO" in text
     names = {p.name for p in images(out)}

@@ -16,10 +16,13 @@ pytest.importorskip("verl")
 pytest.importorskip("ray")
 pytest.importorskip("transfer_queue")
 
+from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
+                                                    wandb_history, wandb_media, wandb_offline_runs)
 from skillduet_plugin.testing.verl_cpu_run import read_metrics, run  # noqa: E402
 from skillduet_plugin.testing.verl_rollout import SKIP_SYNC_ENV  # noqa: E402
 
 GAP = "training/rollout_probs_diff_max"  # verl's max |p_rollout - p_actor| over the step's response tokens
+TRACKERS = "trainer.logger=[console,file,tensorboard]"
 RUN_TIMEOUT = 1400  # a 3-step fit takes ~3 min idle; at load 5+ from other jobs 900 s was seen to run out
 
 
@@ -55,9 +58,13 @@ def _fit(out: Path, name: str, **kwargs) -> dict[int, dict]:
 def test_stock_main_ppo_fit_and_weight_sync_negative_control(tmp_path):
     """Stock verl (no plugin), 3 GRPO steps; the weight sync after step 2 is skipped on purpose, so step 2
     shows the synced gap and step 3 the stale one (the gap assertion can fail)."""
-    metrics = _fit(tmp_path, "stock", stock=True, steps=3, save_freq=-1, extra_env={SKIP_SYNC_ENV: "2"})
+    metrics = _fit(tmp_path, "stock", stock=True, steps=3, save_freq=-1, overrides=[TRACKERS],
+                   extra_env={SKIP_SYNC_ENV: "2", "TENSORBOARD_DIR": str(tmp_path / "tb")})
     assert sorted(metrics) == [1, 2, 3]
     assert not any(k.startswith("skillduet/") for m in metrics.values() for k in m)
+    # negative control of the tracker test below: verl's event file is read (its scalars), no skill text in it
+    assert set(tensorboard_scalars(tmp_path / "tb")["actor/pg_loss"]) == {1, 2, 3}
+    assert not [tag for tag in tensorboard_texts(tmp_path / "tb") if tag.startswith("skillduet_skills/")]
     assert_rollout_synced(metrics, [1, 2])
     assert metrics[3][GAP] > 1e-5, "skipping the sync should leave the rollout on stale weights"
     with pytest.raises(AssertionError, match="gap"):
@@ -76,6 +83,32 @@ def _bank_globals(bank_dir: Path) -> dict[str, list[tuple[int, str]]]:
         bank.close()
 
 
+def assert_skills_in_trackers(out: Path, bank_dir: Path, steps: set[int]) -> None:
+    """verl's own TensorBoard writer and W&B run (offline) hold each step's ranked Local skills and each Global
+    version, at the step that made it; the console got the Global panels."""
+    from skillduet_plugin.skills.bank import SkillBank
+
+    bank = SkillBank(next(bank_dir.glob("*.sqlite")), readonly=True)
+    try:
+        versions = bank.history()
+    finally:
+        bank.close()
+    assert {v.step for v in versions} == steps  # consolidation_interval=1
+    texts = tensorboard_texts(out / "tb")
+    assert set(texts["skillduet_skills/local_ranked"]) == steps
+    assert all(texts["skillduet_skills/local_ranked"][s].startswith("| rank | end | strength") for s in steps)
+    for v in versions:
+        panel = texts[f"skillduet_skills/global/{v.scope}"][v.step]
+        assert f"v{v.version}" in panel and all(line in panel for line in v.text.splitlines()), (v.scope, v.step)
+        assert "| kept |" in texts[f"skillduet_skills/consolidation/{v.scope}"][v.step]
+    (run_dir,) = wandb_offline_runs(out / "wb")
+    rows = wandb_history(run_dir)
+    local = [r for r in rows if r.get("skillduet_skills/local_ranked/_type") == "table-file"]
+    assert {r["_step"] for r in local} == steps  # logged with verl's step
+    assert wandb_media(run_dir, {"path": local[0]["skillduet_skills/local_ranked/path"]})["data"]
+    assert "[skillduet_skills/global/" in (out / "skillduet.log").read_text()
+
+
 @pytest.mark.slow
 def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     """trainer.plugins=[skillduet] on generated ALFWorld games: 2 steps checkpointed every step, then a resume
@@ -86,7 +119,11 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     requests to the rollout server (the teacher rows per task group, sent while sampling), and each step also
     computes them with the actor and logs the gaps (log-probs, the step's OPD loss, Strength); the resumed
     step 3 runs the default actor path."""
-    metrics = _fit(tmp_path, "skillduet", steps=2, save_freq=1, overrides=["skillduet.teacher_logprobs=compare"])
+    trackers = {"TENSORBOARD_DIR": str(tmp_path / "tb"), "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wb"),
+                "WANDB_SILENT": "true"}
+    (tmp_path / "wb").mkdir()
+    metrics = _fit(tmp_path, "skillduet", steps=2, save_freq=1, extra_env=trackers,
+                   overrides=["skillduet.teacher_logprobs=compare", "trainer.logger=[console,file,tensorboard,wandb]"])
     assert sorted(metrics) == [1, 2]
     for step, m in metrics.items():
         assert m["skillduet/local_skills"] > 0, step
@@ -112,6 +149,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
         saved[step] = _bank_globals(folder / "bank")
         assert saved[step] and all(saved[step].values())
     assert saved[1] != saved[2]
+    assert_skills_in_trackers(tmp_path, ckpt / "global_step_2" / "skillduet" / "bank", steps={1, 2})
 
     # roll the live bank back to step 1: a resume that did not restore step 2's bank would use that
     live = ckpt / "skillduet" / "bank.sqlite"

@@ -45,6 +45,7 @@ from skillduet_plugin.integrations.verl.settings import settings_from_trainer_co
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs
 from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
+from skillduet_plugin.integrations.verl.tracking import tracker_from_verl
 from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
@@ -349,6 +350,11 @@ class SkillDuetTrainer(PPOTrainerSync):
         if self.skillduet.teacher_logprobs == "compare":
             self._check.update(strength_gap(scores, reference))
         return batch
+
+    def on_train_begin(self) -> None:
+        super().on_train_begin()
+        self._ensure_lifecycle()  # the skills go to the loggers verl's fit() just made (trainer.logger)
+        self.lifecycle.tracker = tracker_from_verl(getattr(self, "logger", None))
 
     def on_step_end(self) -> None:
         super().on_step_end()  # rollout replicas get the new weights first

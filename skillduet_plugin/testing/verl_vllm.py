@@ -36,13 +36,14 @@ from typing import Any, Sequence
 
 from verl.workers.rollout import base as rollout_base
 
+from skillduet_plugin.testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
+
 logger = logging.getLogger(__name__)
 
 MODULE = __spec__.name if __spec__ is not None else __name__  # the import name, also under -m
 NAME = "vllm"
 SKIP_SYNC_ENV = "SKILLDUET_VLLM_SKIP_SYNC_AT"
 MODEL_SIZE = "tiny64"
-RUN_TAG_ENV = "SKILLDUET_VLLM_RUN_TAG"  # names this run's weight-sync socket (verl_vllm_server.tagged_zmq_handle)
 
 #: verl settings for its vLLM rollout on CPU (see the module doc for why each).
 VLLM_CPU_OVERRIDES = [
@@ -82,8 +83,6 @@ def _patch_accelerator_ids() -> None:
 
 def _adapter_class() -> type:
     from verl.workers.rollout.vllm_rollout.vllm_rollout import ServerAdapter
-
-    from skillduet_plugin.testing.verl_vllm_server import tagged_zmq_handle
 
     class CPUServerAdapter(ServerAdapter):
         """verl's ``ServerAdapter`` with the negative-control switch and a per-run socket name."""

@@ -14,7 +14,6 @@ Imported only where vLLM runs (the replica's loader, the server actor, vLLM's wo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import ray
@@ -22,14 +21,7 @@ import ray
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
-from skillduet_plugin.testing.verl_vllm import RUN_TAG_ENV
-
-
-def tagged_zmq_handle(handle: str) -> str:
-    """verl names its weight-sync socket after the Ray job id, which is the same (``01000000``) in every local
-    Ray cluster: two runs on one machine would share a socket. A per-run tag (both sides) keeps them apart."""
-    tag = os.environ.get(RUN_TAG_ENV, "")
-    return handle[: -len(".sock")] + f"-{tag}.sock" if tag and handle.endswith(".sock") else handle
+from skillduet_plugin.testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
 
 
 class CPUWorkerExtension(vLLMColocateWorkerExtension):

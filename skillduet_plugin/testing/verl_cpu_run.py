@@ -78,6 +78,22 @@ ALFWORLD_OVERRIDES = [
     "skillduet.replay_poll_interval_s=0.1",  # verl's 2-s poll would round every step's rollout up to whole polls
 ]
 
+#: Greedy sampling (top_k=1 at temperature 1, so verl's log-probs keep their temperature): the rollouts depend
+#: only on the weights, not on which replica served them or in what order, so runs of different sizes compare.
+GREEDY_OVERRIDES = ["actor_rollout_ref.rollout.top_k=1"]
+
+
+def data_parallel_overrides(workers: int) -> list[str]:
+    """``workers`` actor workers (FSDP2 over gloo) and, with tensor parallel 1, as many rollout replicas.
+
+    verl's resource check counts one Ray GPU per worker; TransferQueue's controller and storage unit each keep
+    a CPU on top of one CPU bundle per worker (see :data:`CPU_OVERRIDES`)."""
+    if workers < 1:
+        raise ValueError(f"workers={workers}: give at least 1 actor worker")
+    return [f"trainer.n_gpus_per_node={workers}", f"+ray_kwargs.ray_init.num_gpus={workers}",
+            f"ray_kwargs.ray_init.num_cpus={workers + 2}"]
+
+
 STOCK_OVERRIDES = ["data.max_prompt_length=64", "data.max_response_length=16",
                    f"reward.custom_reward_function.path={__file__}", "reward.custom_reward_function.name=rule_reward"]
 

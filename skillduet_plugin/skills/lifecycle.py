@@ -446,8 +446,8 @@ class SkillLifecycle:
         out["skills/analyzer_parse_failure_rate"] = self._counters["rejected"] / answered if answered > 0 else 0.0
         for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
             for key in ("timeouts", "completion_tokens", "truncated"):  # this process's, where the backend counts
-                if backend is not None and hasattr(backend, key):
-                    out[f"skills/{name}_{key}"] = float(getattr(backend, key))
+                if backend is None or hasattr(backend, key):  # not built yet (a resumed run): nothing counted
+                    out[f"skills/{name}_{key}"] = float(getattr(backend, key, 0))
         return out
 
     def close(self) -> None:

@@ -43,10 +43,20 @@ def _trajectories(chat: ChatTokenizer, step: int) -> list:
     return out
 
 
+class _AnalyzerWithLatency(FakeBackend):
+    """The fake analyzer, answering after 20 ms as a server would: without it extraction takes well under the
+    kill's random delay (0-10 ms), so kills aimed at the extract phase would land in the next one."""
+
+    def generate(self, requests):
+        time.sleep(0.02)
+        return super().generate(requests)
+
+
 def _workload(root: str, tokenizer, phase, step_value, steps: int = 400) -> None:
     """The child: run ``steps`` steps from the last consolidated one onwards (or until killed)."""
     lc = SkillLifecycle(SkillDuetConfig(consolidation_interval=1, skill_token_budget=120), Path(root) / BANK_FILENAME,
-                        tokenizer=tokenizer, analyzer=FakeBackend(), synthesizer=FakeBackend(), similarity=None)
+                        tokenizer=tokenizer, analyzer=_AnalyzerWithLatency(), synthesizer=FakeBackend(),
+                        similarity=None)
     chat = ChatTokenizer(tokenizer)
     step = (lc.bank.last_consolidation_step() or 0) + 1
     stop = step + steps

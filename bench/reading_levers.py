@@ -62,26 +62,13 @@ class SkillFollowingExpert(SearchingExpert):
 
 def play(env: Any, task_id: str, *, max_turns: int, seed: int, hint: Sequence[str] = (), full: bool = False):
     """``runs.warmstart.play_expert`` with the skill-following expert (``full``: the lamp too)."""
-    from skillduet_plugin.runs.warmstart import ExpertRecord, play_expert
+    from skillduet_plugin.runs.warmstart import play_expert
 
     params = task_params(task_id)
     if not full or params is None:
         return play_expert(env, task_id, max_turns=max_turns, seed=seed, hint=hint)
     expert = SkillFollowingExpert(params, seed, hint_classes(list(hint)), lamp_first=lamp_classes(hint))
-    obs, info = env.reset(task_id)
-    record = ExpertRecord(task_id=task_id, scope=str(info["task_type"]), task=str(info["task"]),
-                          observations=[obs], admissible=[list(info["admissible_actions"])], actions=[], won=False,
-                          seed=seed, hint=tuple(hint))
-    for turn in range(max_turns):
-        action = expert(obs, info, turn)
-        obs, _reward, done, info = env.step(action)
-        record.actions.append(action)
-        record.observations.append(obs)
-        record.admissible.append(list(info.get("admissible_actions") or []))
-        record.won = bool(info.get("won", False))
-        if done:
-            break
-    return record
+    return play_expert(env, task_id, max_turns=max_turns, seed=seed, hint=hint, expert=expert)
 
 
 def balanced_records(env: Any, tasks: Sequence[str], *, max_turns: int, wrong: str, full: bool, copies: int,

@@ -115,10 +115,10 @@ class ClonedEpisode:
 
 
 def play_expert(env: Any, task_id: str, *, max_turns: int, kind: str = "search", seed: int = 0,
-                hint: Sequence[str] = ()) -> ExpertRecord:
-    """Play the expert (:func:`make_expert`, with ``hint``) on ``task_id`` for at most ``max_turns`` actions (the
-    RL loop's turn limit)."""
-    expert = make_expert(env, task_id, kind=kind, seed=seed, hint=hint)
+                hint: Sequence[str] = (), expert: ExpertFn | None = None) -> ExpertRecord:
+    """Play the expert (:func:`make_expert`, with ``hint``; or ``expert(obs, info, turn) -> action`` when given) on
+    ``task_id`` for at most ``max_turns`` actions (the RL loop's turn limit)."""
+    expert = expert or make_expert(env, task_id, kind=kind, seed=seed, hint=hint)
     obs, info = env.reset(task_id)
     record = ExpertRecord(task_id=task_id, scope=str(info["task_type"]), task=str(info["task"]),
                           observations=[obs], admissible=[list(info["admissible_actions"])], actions=[], won=False,

@@ -198,14 +198,21 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     env = run_env(pythonpath, VERL_FILE_LOGGER_PATH=str(metrics), **(extra_env or {}))
     cmd = command(model_dir, train_file, str(out), steps=steps, stock=stock, save_freq=save_freq, env=env,
                   extra=overrides)
+    return launch(cmd, env, out, log=log, timeout=timeout)
+
+
+def launch(cmd: list[str], env: dict[str, str], cwd: Path, *, log: str | Path | None = None,
+           timeout: float | None = None) -> int:
+    """Run ``cmd`` (printed first, as the shell would with ``set -x``) in ``cwd``; its output goes to ``log``
+    when given, else to this process's. Returns the exit code."""
     line = "+ " + " ".join(shlex.quote(c) for c in cmd)
     if log is None:
         print(line, flush=True)
-        return subprocess.call(cmd, env=env, cwd=str(out), timeout=timeout)
+        return subprocess.call(cmd, env=env, cwd=str(cwd), timeout=timeout)
     with open(log, "w") as fh:
         fh.write(line + "\n")
         fh.flush()
-        return subprocess.call(cmd, env=env, cwd=str(out), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+        return subprocess.call(cmd, env=env, cwd=str(cwd), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -150,8 +150,6 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
         log: str | None = None, timeout: float | None = None) -> int:
     """``testing.verl_cpu_run.run`` with verl's vLLM rollout and the ``tiny64`` model; returns the exit code."""
     import json
-    import shlex
-    import subprocess
     import uuid
 
     from skillduet_plugin.runs.tiny_model import build_tiny
@@ -171,14 +169,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     ray_env = [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={json.dumps(env[k])}" for k in to_workers]
     cmd = base.command(model_dir, train_file, str(out), steps=steps, stock=stock, save_freq=save_freq, env=env,
                        extra=[*VLLM_CPU_OVERRIDES, *ray_env, *overrides])
-    line = "+ " + " ".join(shlex.quote(c) for c in cmd)
-    if log is None:
-        print(line, flush=True)
-        return subprocess.call(cmd, env=env, cwd=str(out), timeout=timeout)
-    with open(log, "w") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        return subprocess.call(cmd, env=env, cwd=str(out), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+    return base.launch(cmd, env, out, log=log, timeout=timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,19 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _wandb_forgets_its_settings():
+    """W&B reads ``WANDB_DIR`` and ``WANDB_MODE`` once per process (its setup singleton) and a later ``wandb.init``
+    reuses them, so a second test on the same worker would write its offline run into the first test's folder.
+    After any test that loaded wandb, finish its run and drop the singleton."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and hasattr(wandb, "teardown"):
+        if getattr(wandb, "run", None) is not None:
+            wandb.finish()
+        wandb.teardown()
 
 
 @pytest.fixture(scope="session")

@@ -184,7 +184,7 @@ def warm_started(config: Any) -> tuple[Path, dict[str, Any]]:
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import cache_dir, resolve_model
     from skillduet_plugin.runs.trl_runner import warm_start_settings
-    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+    from skillduet_plugin.warmstart.cache import warm_start_model
 
     return warm_start_model(resolve_model(config.model, seed=config.seed, env=config.env),
                             make_env=lambda n: make_env(config, config.train_split, n),

@@ -23,7 +23,7 @@ def tiny_model_dir(size: str = "tiny") -> Path:
     """The tiny offline tokenizer + model of ``size``, built once into the user cache."""
     import os
 
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     root = Path(os.environ.get("SKILLDUET_CACHE") or Path.home() / ".cache" / "skillduet")
     return build_tiny(root / "bench" / f"tiny-{size}", size=size)

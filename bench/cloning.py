@@ -4,7 +4,7 @@ The demo's 80 expert episodes (40 generated ALFWorld games x 2, laid out exactly
 cloned for ``--steps`` optimizer steps of 4 episodes from the same initial weights, three ways:
 
 - ``padded``: one forward and backward of the right-padded batch (the warm start before per-episode gradients);
-- ``episodes x1``: ``runs.warmstart.clone`` with ``workers=1`` (one unpadded episode at a time, in this process);
+- ``episodes x1``: ``warmstart.episodes.clone`` with ``workers=1`` (one unpadded episode at a time, in this process);
 - ``episodes x2``: the same with ``workers=2`` (two spawned single-threaded worker processes).
 
 Reports seconds per step (wall, steps 2.. so the workers' start-up is left out, but reported apart) and whether
@@ -36,7 +36,7 @@ def demo_episodes(cache: Path) -> tuple[Path, list]:
     from skillduet_plugin.runs.config import RunConfig
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import resolve_model
-    from skillduet_plugin.runs.warmstart import build_cloning_data, plan_skill_sections, play_expert
+    from skillduet_plugin.warmstart.episodes import build_cloning_data, plan_skill_sections, play_expert
 
     config = RunConfig()
     ws = config.warm_start
@@ -61,7 +61,7 @@ def demo_episodes(cache: Path) -> tuple[Path, list]:
 def padded(model, episodes, steps: int) -> list[float]:
     import torch
 
-    from skillduet_plugin.runs.clone_loss import cloning_loss
+    from skillduet_plugin.warmstart.loss import cloning_loss
 
     gen = torch.Generator().manual_seed(0)
     optim = torch.optim.AdamW(model.parameters(), lr=6e-3, weight_decay=0.0)
@@ -85,7 +85,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from skillduet_plugin.runs.warmstart import clone
+    from skillduet_plugin.warmstart.episodes import clone
 
     torch.set_num_threads(1)
     cache = Path(args.cache or tempfile.mkdtemp(prefix="bench-cloning-"))

@@ -40,7 +40,7 @@ def worker(games: int, steps: int) -> dict:
     from skillduet_plugin.runs.config import load_run_config
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import resolve_model
-    from skillduet_plugin.runs.warmstart import build_cloning_data, clone, plan_skill_sections, play_expert
+    from skillduet_plugin.warmstart.episodes import build_cloning_data, clone, plan_skill_sections, play_expert
 
     torch.set_num_threads(1)
     config = load_run_config(None, [])

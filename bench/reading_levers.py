@@ -1,6 +1,6 @@
 """Levers for a warm start that reads skill content, each measured with the skill-reading probe on unseen games.
 
-The demo's warm start (``runs.warmstart``) gives a third of its episodes a Local skill and the expert acts on it,
+The demo's warm start (``warmstart.episodes``) gives a third of its episodes a Local skill and the expert acts on it,
 right or wrong; its clone barely reads the skill (docs/study.md). This script builds a variant clone and runs
 ``bench/skill_reading.py``'s probe on the ``valid_unseen`` panel (games the clone never saw):
 
@@ -61,8 +61,8 @@ class SkillFollowingExpert(SearchingExpert):
 
 
 def play(env: Any, task_id: str, *, max_turns: int, seed: int, hint: Sequence[str] = (), full: bool = False):
-    """``runs.warmstart.play_expert`` with the skill-following expert (``full``: the lamp too)."""
-    from skillduet_plugin.runs.warmstart import play_expert
+    """``warmstart.episodes.play_expert`` with the skill-following expert (``full``: the lamp too)."""
+    from skillduet_plugin.warmstart.episodes import play_expert
 
     params = task_params(task_id)
     if not full or params is None:
@@ -75,7 +75,7 @@ def balanced_records(env: Any, tasks: Sequence[str], *, max_turns: int, wrong: s
                      env_name: str):
     """Per game and copy: (record, skill text or None, kind) for the right-skill, wrong-skill and no-skill
     episodes. Donors are seed-1 episodes (the probe's donors are the unseen games' own seed-1 episodes)."""
-    from skillduet_plugin.runs.warmstart import analyzer_skill, play_expert
+    from skillduet_plugin.warmstart.episodes import analyzer_skill, play_expert
 
     donors = {t: play_expert(env, t, max_turns=max_turns, seed=1) for t in tasks}
     skills = {t: analyzer_skill(d, env_name) for t, d in donors.items() if d.won}
@@ -121,7 +121,7 @@ def main() -> None:
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import cache_dir, resolve_model
     from skillduet_plugin.runs.trl_runner import set_threads
-    from skillduet_plugin.runs.warmstart import LOCAL_SKILL_TOKENS, SkillPlan, build_cloning_data, clone
+    from skillduet_plugin.warmstart.episodes import LOCAL_SKILL_TOKENS, SkillPlan, build_cloning_data, clone
 
     config = load_run_config(None, [f"seed={args.seed}", f"model={args.model}", *args.set])
     set_threads(config)

@@ -1,5 +1,5 @@
 """Probe: does a warm-started model read a Local skill? On each game of a panel, another expert episode of the same
-game (seed 1) gives the analyzer's Local skill (``runs.warmstart.analyzer_skill``: it says where the target was
+game (seed 1) gives the analyzer's Local skill (``warmstart.episodes.analyzer_skill``: it says where the target was
 taken); the expert that acts on it (``hint``) plays the episode that is teacher-forced. Each turn scores every
 admissible action (choose mode) with the first prompt holding no skill section, that Local skill under
 ``## Hindsight skill`` (same game), the Local skill of another game of the task type (same form, wrong
@@ -45,7 +45,7 @@ def probe(model, chat, env, tasks, env_name: str, max_turns: int, max_total_toke
 
     from skillduet_plugin.rollout.choice import action_response, candidate_logprobs
     from skillduet_plugin.runs.evaluate import neutral_text
-    from skillduet_plugin.runs.warmstart import analyzer_skill, layout_episode, play_expert
+    from skillduet_plugin.warmstart.episodes import analyzer_skill, layout_episode, play_expert
     from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections, skill_section
 
     if play_hinted is None:
@@ -150,7 +150,7 @@ def main() -> None:
     from skillduet_plugin.runs.config import load_run_config
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.trl_runner import set_threads
-    from skillduet_plugin.runs.warmstart import LOCAL_SKILL_TOKENS
+    from skillduet_plugin.warmstart.episodes import LOCAL_SKILL_TOKENS
 
     config = load_run_config(None, [f"warm_start.steps={args.steps}", f"seed={args.seed}",
                                     f"warm_start.skill_fraction={args.skill_fraction}"])

@@ -78,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.omp_wait_policy:
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # read when the spawned child loads torch
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     model_dir = str(build_tiny(Path(tempfile.mkdtemp()) / "tiny"))
     rows = []

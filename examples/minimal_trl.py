@@ -36,7 +36,7 @@ def main(args: Args) -> None:
     from skillduet_plugin import envs
     from skillduet_plugin.integrations.trl import (CPU_SAFE_DEFAULTS, SkillDuetGRPOConfig, SkillDuetGRPOTrainer,
                                                    task_dataset)
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     torch.set_num_threads(1)  # a tiny model only pays synchronisation for more threads
 

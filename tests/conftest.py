@@ -57,7 +57,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """Folder holding the tiny tokenizer + Qwen3 model (built once per test session, ~seconds)."""
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     return build_tiny(tmp_path_factory.mktemp("tiny_model"), size="tiny")
 

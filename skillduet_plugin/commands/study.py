@@ -12,7 +12,7 @@ import time
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from skillduet_plugin.runs.study import ARMS, DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS
+    from skillduet_plugin.study import ARMS, DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS
 
     parser.add_argument("config", nargs="?", default=None,
                         help="base YAML run config, as for `skillduet train` (default: the CPU demo)")
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _spec(args: argparse.Namespace):
     from skillduet_plugin.config import ConfigError
-    from skillduet_plugin.runs.study import QUICK_SEEDS, StudySpec
+    from skillduet_plugin.study import QUICK_SEEDS, StudySpec
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config:  # `skillduet study steps=3`: no file, only overrides
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from skillduet_plugin.config import ConfigError
-    from skillduet_plugin.runs import study
+    from skillduet_plugin import study
 
     try:
         if args.resume:

@@ -7,7 +7,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from skillduet_plugin.runs.tiny_model import SIZES
+    from skillduet_plugin.warmstart.tiny_model import SIZES
 
     parser.add_argument("out_dir", help="folder to write the tokenizer and model into")
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model shape (default: tiny)")
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     if args.env is not None:
         from skillduet_plugin.config import ConfigError

@@ -52,7 +52,7 @@ class EnvSpec:
         per_type_report: evaluation tables show a column per task type (else score and success).
         scope_order: the order of task types in reports.
         tiny_corpus: ``() -> lines`` of the environment's own text (product words, option values...) that a tiny
-            model built for it learns as tokens (``runs.tiny_model``), with ``tiny_vocab_size`` tokens; None:
+            model built for it learns as tokens (``warmstart.tiny_model``), with ``tiny_vocab_size`` tokens; None:
             the default tiny build.
     """
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from skillduet_plugin.core.stats import Interval, bootstrap_interval
 from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
-from skillduet_plugin.runs.study import (BEFORE_FILE, BEFORE_TRAIN_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec,
+from skillduet_plugin.study import (BEFORE_FILE, BEFORE_TRAIN_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec,
                                          arm_overlay, is_complete, plan, run_dir)
 
 CONDITION_ROWS = (("none", "None"), ("neutral", "Length-matched neutral"), ("learned", "Learned Global"))

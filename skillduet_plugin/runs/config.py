@@ -21,12 +21,12 @@ from skillduet_plugin.core.settings import (ConfigError, check, check_keys, chec
                                             setting, validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs.env_defaults import TINY_TASK_TYPES, run_defaults
-from skillduet_plugin.runs.tiny_model import SIZES as TINY_SIZES
+from skillduet_plugin.warmstart import EXPERTS
+from skillduet_plugin.warmstart.tiny_model import SIZES as TINY_SIZES
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 RUN_ACTION_SELECTIONS = ("auto",) + ACTION_SELECTIONS
-EXPERTS = ("search", "walkthrough")
 
 # The demo's method settings: paper defaults except a short consolidation interval (3 steps, so the 9-step
 # CPU run consolidates 3 times) and small skill budgets that fit the tiny model's context.

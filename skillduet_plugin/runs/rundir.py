@@ -34,7 +34,7 @@ def resolve_model(spec: str, *, seed: int = 0, env: str | None = None) -> Path:
     if spec.startswith("tiny"):
         from skillduet_plugin.core.artefacts import digest_key
         from skillduet_plugin.runs.config import tiny_size
-        from skillduet_plugin.runs.tiny_model import build_tiny, corpus_spec, tiny_key
+        from skillduet_plugin.warmstart.tiny_model import build_tiny, corpus_spec, tiny_key
 
         size = tiny_size(spec)
         corpus = env if corpus_spec(env) is not None else None

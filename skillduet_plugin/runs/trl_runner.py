@@ -315,7 +315,7 @@ def warm_start_settings(config: RunConfig) -> dict[str, Any]:
 
 
 def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
-    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+    from skillduet_plugin.warmstart.cache import warm_start_model
 
     return warm_start_model(base, make_env=lambda n: make_env(config, config.train_split, n),
                             cache_root=cache_dir(), log=say, workers=cloning_workers(config),
@@ -326,7 +326,7 @@ def cloning_workers(config: RunConfig) -> int:
     """``warm_start.workers``, or when 0 as many processes of the run's thread count as the cores hold, but one
     for a warm start of fewer than ``POOL_MIN_STEPS`` steps (spawning workers costs a few seconds, more than such
     a short warm start saves). The cloned weights are the same for any count."""
-    from skillduet_plugin.runs.clone_pool import POOL_MIN_STEPS, default_workers
+    from skillduet_plugin.warmstart.workers import POOL_MIN_STEPS, default_workers
 
     ws = config.warm_start
     if ws.workers:

@@ -187,7 +187,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
 
     ``log``: write the run's output there (else it goes to this process's stdout).
     """
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -152,7 +152,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     import json
     import uuid
 
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
     from skillduet_plugin.testing import verl_cpu_run as base
 
     out = Path(out).expanduser().resolve()

@@ -152,7 +152,7 @@ def test_webshop_decisions_kinds_by_hand_and_a_probe_end_to_end(tmp_path):
     from bench.webshop_decisions import decision_kind, probe
     from skillduet_plugin.core.conversation import ChatTokenizer
     from skillduet_plugin.envs.webshop import make_webshop
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     index = ["search[red shoes]", "search[shoes]"]
     results = ["click[back to search]", "click[next >]", "click[item 1]", "click[item 2]"]

@@ -82,7 +82,7 @@ def test_episode_field_widens_and_episode_settings_reads_any_config():
 
 
 def test_presets_once(monkeypatch):
-    from skillduet_plugin.runs import study
+    from skillduet_plugin import study
     from skillduet_plugin.runs.config import RunConfig
 
     for name, (label, overlay) in study.ARMS.items():

@@ -25,7 +25,7 @@ def test_tiny_model_reloads_offline(tiny_model_dir, tiny_tokenizer):
 
 
 def test_tiny_build_is_deterministic(tmp_path):
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
     from transformers import AutoTokenizer
 
     a = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "a"))
@@ -75,7 +75,7 @@ def test_cli_tiny_model_for_an_environment_is_the_build_its_runs_use(tmp_path, m
 
     from skillduet_plugin.cli import main
     from skillduet_plugin.runs.rundir import resolve_model
-    from skillduet_plugin.runs.tiny_model import tiny_key
+    from skillduet_plugin.warmstart.tiny_model import tiny_key
 
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
     assert main(["tiny-model", str(tmp_path / "bad"), "--env", "nope"]) == 2
@@ -127,7 +127,7 @@ def test_a_webshop_tiny_build_learns_the_catalogue_words(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
     from skillduet_plugin.runs.rundir import resolve_model
-    from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
+    from skillduet_plugin.warmstart.tiny_model import build_tiny, tiny_key
 
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
     plain = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "plain"))

@@ -60,7 +60,7 @@ def _reference_scores(model, context, candidates):
 
 
 def test_action_response_is_the_warm_start_format():
-    from skillduet_plugin.runs.warmstart import expert_response
+    from skillduet_plugin.warmstart.episodes import expert_response
 
     assert action_response("go to desk 1") == "<think>I should look there.</think><action>go to desk 1</action>"
     assert action_response("look") == "<think>This is the next step.</think><action>look</action>"

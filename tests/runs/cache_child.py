@@ -29,7 +29,7 @@ def main(argv: list[str]) -> None:
         artefacts.publish = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     kind = argv[0]
     if kind == "tiny":
-        import skillduet_plugin.runs.tiny_model as tiny
+        import skillduet_plugin.warmstart.tiny_model as tiny
 
         build = tiny.build_tokenizer
         tiny.build_tokenizer = lambda **kw: (started(), build(**kw))[1]
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
     elif kind == "warm":
         from runs_fakes import FAKE_TASKS, FakeAlfworld
 
-        from skillduet_plugin.runs.warmstart_cache import warm_start_model
+        from skillduet_plugin.warmstart.cache import warm_start_model
 
         tasks = list(FAKE_TASKS)
         warm_start_model(argv[2], env_name="alfworld", make_env=lambda n: FakeAlfworld(tasks[:n]), games=2,

@@ -74,7 +74,7 @@ def test_building_publishes_only_a_finished_folder(tmp_path):
 
 
 def test_a_killed_tiny_build_is_rebuilt(tmp_path):
-    from skillduet_plugin.runs.tiny_model import build_tiny, tiny_key
+    from skillduet_plugin.warmstart.tiny_model import build_tiny, tiny_key
 
     out = tmp_path / "tiny"
     proc = _child("tiny", str(out), "--die-before-publish")
@@ -95,7 +95,7 @@ def test_a_killed_tiny_build_is_rebuilt(tmp_path):
 def _warm(tiny_model_dir, cache, steps):
     from runs_fakes import FAKE_TASKS, FakeAlfworld
 
-    from skillduet_plugin.runs.warmstart_cache import warm_start_model
+    from skillduet_plugin.warmstart.cache import warm_start_model
 
     tasks = list(FAKE_TASKS)
     return warm_start_model(tiny_model_dir, env_name="alfworld", make_env=lambda n: FakeAlfworld(tasks[:n]),
@@ -130,7 +130,7 @@ def test_a_warm_start_killed_mid_cloning_or_before_publishing_is_rebuilt(tiny_mo
 
 
 def test_warm_start_rebuilds_are_identical_and_the_key_is_what_determines_them(tiny_model_dir, tmp_path):
-    from skillduet_plugin.runs.warmstart_cache import warm_start_key
+    from skillduet_plugin.warmstart.cache import warm_start_key
 
     a, _ = _warm(tiny_model_dir, tmp_path / "a", 4)
     b, _ = _warm(tiny_model_dir, tmp_path / "b", 4)

@@ -26,7 +26,7 @@ TIMING = re.compile(r"(^time/|_time$|runtime|per_second|seconds|_s$)")
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory):
     from skillduet_plugin.envs.alfworld.generator import generate_games
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     root = tmp_path_factory.mktemp("determinism")
     games = root / "games"

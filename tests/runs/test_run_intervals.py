@@ -41,7 +41,7 @@ def test_a_worse_run_has_an_interval_below_zero():
 
 @pytest.mark.parametrize("jobs", [0, -1, True, 1.5])
 def test_study_jobs_must_be_a_positive_integer(tmp_path, jobs):
-    from skillduet_plugin.runs.study import StudySpec, run_study
+    from skillduet_plugin.study import StudySpec, run_study
 
     with pytest.raises(ConfigError, match="--jobs"):
         run_study(tmp_path / "s", StudySpec(), jobs=jobs)
@@ -79,7 +79,7 @@ def test_study_arms_play_the_base_configs_task_types(tmp_path, overrides):
     """The arms run the shared model folder, not ``tiny``: ``task_types: auto`` must not re-resolve for them
     (it would add pick2 to the demo's five single-object types)."""
     from skillduet_plugin.runs.config import load_run_config
-    from skillduet_plugin.runs.study import PlannedRun, StudySpec, run_config
+    from skillduet_plugin.study import PlannedRun, StudySpec, run_config
 
     spec = StudySpec(overrides=tuple(overrides))
     base = load_run_config(None, list(overrides))

@@ -75,7 +75,7 @@ def test_bad_input_is_named():
 
 
 def test_arm_overlays_and_spec_validation():
-    from skillduet_plugin.runs.study import StudySpec, arm_overlay, plan
+    from skillduet_plugin.study import StudySpec, arm_overlay, plan
 
     assert arm_overlay("grpo")[1] == {"method": "grpo", "opd_coef": 0.0, "use_global": False, "extract_local": False}
     label, overlay = arm_overlay("strength_keep0.25")
@@ -90,7 +90,7 @@ def test_arm_overlays_and_spec_validation():
 
 
 def test_arm_configs_share_everything_but_the_method(tmp_path):
-    from skillduet_plugin.runs.study import StudySpec, plan, run_config
+    from skillduet_plugin.study import StudySpec, plan, run_config
 
     spec = StudySpec(overrides=["steps=4", "skillduet.use_global=true"], arms=["grpo", "local_only", "random"],
                      seeds=[7])
@@ -110,7 +110,7 @@ def test_arm_configs_share_everything_but_the_method(tmp_path):
 
 
 def test_a_study_directory_refuses_other_base_settings(tmp_path):
-    from skillduet_plugin.runs.study import StudySpec, load_spec, open_study
+    from skillduet_plugin.study import StudySpec, load_spec, open_study
 
     spec = StudySpec(overrides=["steps=4"], arms=["grpo"], seeds=[0])
     open_study(tmp_path, spec, spec.base_config())
@@ -123,7 +123,8 @@ def test_a_study_directory_refuses_other_base_settings(tmp_path):
 
 
 def test_an_interrupted_run_without_a_checkpoint_restarts_from_scratch(tmp_path, monkeypatch):
-    from skillduet_plugin.runs import study, trl_runner
+    from skillduet_plugin import study
+    from skillduet_plugin.runs import trl_runner
 
     calls = []
     monkeypatch.setattr(trl_runner, "run_training", lambda config, log=None, resume=None: calls.append(resume))

@@ -8,9 +8,9 @@ import pytest
 from skillduet_plugin.envs.prompts import initial_messages
 from skillduet_plugin.rollout.collector import Generation, run_episodes
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.runs.warmstart import (analyzer_skill, build_cloning_data, clone, expert_response,
+from skillduet_plugin.warmstart.episodes import (analyzer_skill, build_cloning_data, clone, expert_response,
                                              plan_skill_sections, play_expert)
-from skillduet_plugin.runs.warmstart_cache import cache_key, warm_start_model
+from skillduet_plugin.warmstart.cache import cache_key, warm_start_model
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
 from runs_fakes import FAKE_TASKS, FakeAlfworld, FakePool
 
@@ -198,7 +198,7 @@ def test_warm_start_is_cached(tiny_model_dir, tmp_path):
 def test_cloning_loss_equals_the_causal_lm_loss_on_the_labels(tiny_model, chat):
     import torch
 
-    from skillduet_plugin.runs.clone_loss import cloning_loss
+    from skillduet_plugin.warmstart.loss import cloning_loss
 
     records = _records(TASKS[:3])
     cloned = _clone_data(chat, records, max_total_tokens=8192, skill_fraction=0.5, seed=1)
@@ -221,7 +221,7 @@ def test_episode_gradients_sum_to_the_causal_lm_gradient_of_the_batch(tiny_model
     causal-LM loss of the padded batch (the independent reference); a wrong normaliser fails it."""
     import torch
 
-    from skillduet_plugin.runs.clone_loss import episode_gradient, policy_tokens
+    from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens
 
     cloned = _clone_data(chat, _records(TASKS[:3]), max_total_tokens=8192, skill_fraction=0.5, seed=1)
     assert len({len(c.tokens) for c in cloned}) > 1
@@ -270,7 +270,7 @@ def test_a_cloning_worker_that_cannot_load_the_model_stops_the_warm_start(tiny_m
 def test_cloning_workers_auto_uses_the_cores_for_a_long_warm_start_only(monkeypatch):
     import os
 
-    from skillduet_plugin.runs.clone_pool import POOL_MIN_STEPS
+    from skillduet_plugin.warmstart.workers import POOL_MIN_STEPS
     from skillduet_plugin.runs.config import RunConfig
     from skillduet_plugin.runs.trl_runner import cloning_workers
 

@@ -11,7 +11,7 @@ from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.rollout.choice import hf_choice_fn
 from skillduet_plugin.rollout.collector import run_episodes
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.runs.warmstart import build_cloning_data, clone, play_expert
+from skillduet_plugin.warmstart.episodes import build_cloning_data, clone, play_expert
 
 pytest.importorskip("alfworld")
 

@@ -14,7 +14,7 @@ from skillduet_plugin.envs.pool import EnvPool  # noqa: E402
 from skillduet_plugin.rollout.choice import hf_choice_fn  # noqa: E402
 from skillduet_plugin.rollout.collector import run_episodes  # noqa: E402
 from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
-from skillduet_plugin.runs.warmstart import build_cloning_data, clone, make_expert, play_expert  # noqa: E402
+from skillduet_plugin.warmstart.episodes import build_cloning_data, clone, make_expert, play_expert  # noqa: E402
 
 GAMES, GROUP, STEPS = 8, 4, 100
 MAX_TURNS, MAX_TOKENS = 8, 4096
@@ -44,7 +44,7 @@ def test_warm_start_uses_the_searching_shopper_unless_asked_for_the_goal_directe
 def test_cloning_the_searching_shopper_makes_the_tiny_model_buy(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
     tiny_model_dir = build_tiny(tmp_path / "tiny", corpus="webshop")  # the build env=webshop runs use

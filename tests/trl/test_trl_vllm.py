@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 def report(tmp_path_factory):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (scripts/setup.sh installs its CPU build)")
-    from skillduet_plugin.runs.tiny_model import build_tiny
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     # vLLM's CPU attention needs head_dim >= 32: the "base" shape (head_dim 32)
     model_dir = build_tiny(tmp_path_factory.mktemp("tiny_base"), size="base")

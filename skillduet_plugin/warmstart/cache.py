@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.runs.warmstart import (build_cloning_data, clone, expert_takes_hint, plan_skill_sections,
+from skillduet_plugin.warmstart.episodes import (build_cloning_data, clone, expert_takes_hint, plan_skill_sections,
                                              play_expert)
 
 FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-independent key
 
 # The code that decides what the warm-started weights are (cloning data layout, prompts, expert, loss, loop): part
 # of the cache key, so an edit of any of them re-clones instead of reusing a model the current code would not make.
-WARM_START_CODE = ("skillduet_plugin.runs.warmstart", "skillduet_plugin.runs.warmstart_cache",
+WARM_START_CODE = ("skillduet_plugin.warmstart.episodes", "skillduet_plugin.warmstart.cache",
                    "skillduet_plugin.envs.prompts", "skillduet_plugin.envs.alfworld.expert",
                    "skillduet_plugin.envs.alfworld.env", "skillduet_plugin.rollout.choice",
                    "skillduet_plugin.llm.offline", "skillduet_plugin.llm.offline_alfworld",
@@ -30,7 +30,7 @@ WARM_START_CODE = ("skillduet_plugin.runs.warmstart", "skillduet_plugin.runs.war
                    "skillduet_plugin.skills.inject", "skillduet_plugin.llm.offline_webshop",
                    "skillduet_plugin.envs.webshop.expert", "skillduet_plugin.envs.webshop.actions",
                    "skillduet_plugin.core.logprobs", "skillduet_plugin.rollout.responses",
-                   "skillduet_plugin.runs.clone_loss")
+                   "skillduet_plugin.warmstart.loss")
 
 
 def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     The folder is complete or absent (``artefacts.building``: built beside it, every file's sha256 in its
     marker, fsynced, renamed into place), so a killed warm start is rebuilt, never reused. ``make_env(n)``
     builds the training env limited to its first ``n`` tasks; ``workers`` processes compute the cloning
-    gradients (``runs.clone_pool``; the same weights for any count, so it is not in the key). Returns
+    gradients (``warmstart.workers``; the same weights for any count, so it is not in the key). Returns
     ``(folder, info)``; ``info`` is the stored summary (``cached`` tells whether it was reused).
     """
     from skillduet_plugin.core.artefacts import building, read_marker

@@ -1,6 +1,6 @@
 """The warm start's loss: cross-entropy on the policy tokens of cloned expert episodes, for a batch at once
 (:func:`cloning_loss`) or one episode at a time as a flat gradient (:func:`episode_gradient`, what the cloning
-processes of ``runs.clone_pool`` compute). Apart from ``runs.warmstart`` so that the pool's workers import the
+processes of ``warmstart.workers`` compute). Apart from ``warmstart.episodes`` so that the pool's workers import the
 loss without the episode-building code, and the warm start imports the pool without a cycle.
 """
 
@@ -13,7 +13,7 @@ import torch
 from skillduet_plugin.core.logprobs import response_logprobs
 
 if TYPE_CHECKING:  # pragma: no cover
-    from skillduet_plugin.runs.warmstart import ClonedEpisode
+    from skillduet_plugin.warmstart.episodes import ClonedEpisode
 
 
 def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int = 0):

@@ -2,7 +2,7 @@
 
 Each worker (a spawned process with its own torch thread count) loads the model's architecture from the model
 folder once and receives the episodes once; every step the parent sends the flat parameters and which episodes
-of the batch each worker computes, and gets back one :func:`runs.clone_loss.episode_gradient` per episode. The
+of the batch each worker computes, and gets back one :func:`warmstart.loss.episode_gradient` per episode. The
 parent sums them in batch order, so the trained weights do not depend on how many workers there are or which
 worker computed which episode (``tests/runs/test_warmstart.py`` checks 1 and 2 workers give identical weights).
 A worker that fails or dies stops the warm start with its error; nothing half-trained is cached (the warm start
@@ -43,7 +43,7 @@ def _worker_main(conn: Any, model_dir: str, episodes: Sequence[Any], threads: in
         import torch
         from transformers import AutoModelForCausalLM
 
-        from skillduet_plugin.runs.clone_loss import episode_gradient
+        from skillduet_plugin.warmstart.loss import episode_gradient
 
         torch.set_num_threads(threads)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -180,7 +180,7 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
 
 
 # The code whose output a tiny build is: its key names it, so an edit rebuilds instead of reusing a stale build.
-BUILD_CODE = ("skillduet_plugin.runs.tiny_model", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice",
+BUILD_CODE = ("skillduet_plugin.warmstart.tiny_model", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice",
               "skillduet_plugin.rollout.responses")
 
 

@@ -6,7 +6,7 @@ from ``envs.prompts.initial_messages`` (sometimes with a skill section inserted 
 the Global or the teacher's Local skill: :func:`plan_skill_sections`), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and
 the environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the
 loss).
-``runs.warmstart_cache`` builds and caches the warm-started model.
+``warmstart.cache`` builds and caches the warm-started model.
 
 On ALFWorld the expert is the searching expert of ``envs.alfworld.expert`` by default: a game's stored
 walkthrough goes straight to the hidden object, so a clone of walkthroughs never learns what to do after looking
@@ -33,11 +33,11 @@ from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
 from skillduet_plugin.core.settings import check
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
-from skillduet_plugin.runs.clone_pool import ClonePool, flat_parameters
-from skillduet_plugin.runs.config import EXPERTS
+from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters
 from skillduet_plugin.skills.consolidate import render_global
 from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
 from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer
+from skillduet_plugin.warmstart import EXPERTS
 
 #: The Local skill budget of a cloning episode's ``## Hindsight skill`` section (the method's default
 #: ``local_skill_token_budget``).
@@ -272,7 +272,7 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     Batches are drawn with a seeded shuffle. Each step's gradient is the sum, in batch order, of the episodes'
     :func:`episode_gradient` (one unpadded episode at a time), then clipped to norm 1 and applied with AdamW.
     With ``workers`` > 1 the episodes' gradients are computed by that many worker processes
-    (``runs.clone_pool``, each with ``threads`` torch threads, default this process's, the model loaded from
+    (``warmstart.workers``, each with ``threads`` torch threads, default this process's, the model loaded from
     ``model_dir``); the
     trained weights are bit-for-bit those of ``workers=1`` (a test checks it), so the worker count is a speed
     setting only: on 2 cores two single-threaded workers clone about twice as fast as one process, and a busy
@@ -281,7 +281,7 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     """
     import torch  # lazy, with the loss below: building expert episodes and configs needs no torch
 
-    from skillduet_plugin.runs.clone_loss import episode_gradient, policy_tokens  # lazy: imports torch
+    from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens  # lazy: imports torch
 
     if not episodes:
         raise ValueError("no expert episodes to clone: the warm start needs at least one game")

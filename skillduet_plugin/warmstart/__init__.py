@@ -1,0 +1,6 @@
+"""The warm start: the built-in tiny model (``tiny_model``), expert episodes turned into cloning data
+(``episodes``), the cloning loss (``loss``) computed per episode by worker processes (``workers``), and the cache
+of warm-started models (``cache``). Below the run tooling: nothing here imports ``runs``."""
+
+#: The experts a warm start can clone (``warm_start.expert``): the searching player, or the game's walkthrough.
+EXPERTS = ("search", "walkthrough")

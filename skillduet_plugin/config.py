@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
+import yaml
+
 from skillduet_plugin.core.names import OPD_AGGREGATIONS, SCOPE_KEYS
 from skillduet_plugin.core.selectors import SELECTORS
 from skillduet_plugin.core.settings import ConfigError, check_keys, invalid, setting, validate_fields
@@ -138,7 +140,6 @@ class SkillDuetConfig:
 def read_yaml(path: str | os.PathLike, what: str = "settings") -> dict[str, Any]:
     """A YAML config file as a mapping; a missing file, a syntax error or a non-mapping is one ConfigError line
     naming the file (and the line and column of a syntax error)."""
-    import yaml
 
     file = Path(path)
     if not file.is_file():

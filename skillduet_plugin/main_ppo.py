@@ -12,10 +12,14 @@ import sys
 from typing import Any, Sequence
 
 import hydra
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, PLUGIN_NAME, TRAINER_NAME
+from skillduet_plugin.integrations.verl.plugin import ensure_registered
+from skillduet_plugin.integrations.verl.settings import parse_settings
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_config")
 STOCK_TRAINER_MODE = "sync"
@@ -37,7 +41,6 @@ def apply_plugins(config: Any) -> bool:
     """
     if not plugin_enabled(config):
         return False
-    from skillduet_plugin.integrations.verl.settings import parse_settings
 
     if not config.trainer.get("use_v1", True):
         raise ConfigError("trainer.use_v1=false is invalid with trainer.plugins=[skillduet]: SkillDuet runs on "
@@ -60,10 +63,10 @@ def apply_plugins(config: Any) -> bool:
 
 def run(config: Any) -> None:
     """Compose-time checks, then verl's V1 PPO run (``verl.trainer.main_ppo.run_ppo``)."""
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
-    from verl.utils.device import auto_set_device
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo  # lazy: imports torch
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy  # lazy: imports torch
+    from verl.utils.config import validate_config  # lazy: imports torch
+    from verl.utils.device import auto_set_device  # lazy: imports torch
 
     enabled = apply_plugins(config)
     auto_set_device(config)
@@ -74,13 +77,12 @@ def run(config: Any) -> None:
         print(f"# DRY_RUN: composed config printed; skillduet plugin {'ON' if enabled else 'off'}; not training.")
         return
     if enabled:
-        from skillduet_plugin.integrations.verl.plugin import ensure_registered
 
         ensure_registered()  # a broken installation stops here, before Ray starts
     if config.trainer.use_v1:
         run_ppo(config, task_runner_class=TaskRunnerV1)
     else:
-        from verl.trainer.main_ppo import main as verl_main
+        from verl.trainer.main_ppo import main as verl_main  # lazy: imports torch
 
         verl_main.__wrapped__(config)  # verl's own legacy (V0) path, unchanged
 
@@ -92,8 +94,6 @@ def main(config: Any) -> None:
 
 def compose(overrides: Sequence[str] = ()) -> Any:
     """The composed config for ``overrides`` (as on the command line), with the plugin switch applied."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         config = hydra_compose(config_name="skillduet_trainer", overrides=list(overrides))

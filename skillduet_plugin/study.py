@@ -10,7 +10,8 @@ run, and, for arms that build a Global, also with the length-matched neutral tex
 
 Resumable per run: a run whose ``summary.json`` (and neutral evaluation) exists is skipped; an interrupted one
 continues from its last complete checkpoint (``run_training(resume=...)``, as ``skillduet train --resume``), or,
-when it stopped before its first checkpoint, its folder is removed and it restarts from scratch. Layout of a study directory::
+when it stopped before its first checkpoint, its folder is removed and it restarts from scratch. Layout of a study
+directory::
 
     study.json          the spec (base config source, overrides, arms, seeds) and the resolved base config
     shared_model/       the warm-started model every run starts from (written atomically)
@@ -21,16 +22,23 @@ when it stopped before its first checkpoint, its folder is removed and it restar
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
+import sys
 import time
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tqdm.auto import tqdm
+
 from skillduet_plugin.config import METHOD_PRESETS, ConfigError
+from skillduet_plugin.runs import trl_runner
 from skillduet_plugin.runs.config import RunConfig, load_run_config
-from skillduet_plugin.runs.rundir import write_json
+from skillduet_plugin.runs.evaluate import evaluate_panel
+from skillduet_plugin.runs.rundir import resolve_model, write_json
 
 #: The selectors compared as arms of their own (``skillduet`` with that selector).
 SELECTOR_ARMS = ("strength", "utility", "contrast")
@@ -173,7 +181,6 @@ def is_complete(path: Path, needs_neutral: bool) -> bool:
 def shared_model_path(root: Path, base: RunConfig) -> Path:
     """Where the shared model is (or will be): a real checkpoint without a warm start is used in place."""
     if not base.warm_start_enabled and not base.is_tiny:
-        from skillduet_plugin.runs.rundir import resolve_model
 
         return resolve_model(base.model, seed=base.seed, env=base.env)
     return root / SHARED_MODEL
@@ -182,8 +189,6 @@ def shared_model_path(root: Path, base: RunConfig) -> Path:
 def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Path:
     """The one model every run starts from: the base config's warm start (or its model when the warm start is
     off), copied into the study so a cache clean-up cannot change a resumed study."""
-    from skillduet_plugin.runs import trl_runner
-    from skillduet_plugin.runs.rundir import resolve_model
 
     target = shared_model_path(root, base)
     if (target / "config.json").is_file():
@@ -203,7 +208,7 @@ def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Pat
 def _threads(base: RunConfig) -> int:
     """The base config's torch thread count, made explicit: the arms run a model folder, not ``tiny``, and
     must use the same count as the base (and the warm start)."""
-    from skillduet_plugin.runs.trl_runner import torch_threads
+    from skillduet_plugin.runs.trl_runner import torch_threads  # lazy: imports torch
 
     return int(torch_threads(base))
 
@@ -227,7 +232,7 @@ def run_config(spec: StudySpec, base: RunConfig, model: Path, run: PlannedRun, o
 def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """The panel before RL, once for the study (greedy on the shared model: every arm and seed would get the
     same numbers); with ``eval_training_tasks`` also the first of the RL training tasks (``before_train.json``)."""
-    from skillduet_plugin.runs.evaluate import evaluate_panel
+    # lazy: imports torch
     from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads, train_tasks, training_eval_tasks
 
     file, train_file = root / BEFORE_FILE, root / BEFORE_TRAIN_FILE
@@ -249,8 +254,7 @@ def measure_before(root: Path, config: RunConfig, model: Path, say: Callable[[st
 
 def measure_neutral(path: Path, config: RunConfig, say: Callable[[str], None]) -> None:
     """Table 3's middle row for a finished run: its final model with the length-matched neutral text."""
-    from skillduet_plugin.runs.evaluate import evaluate_panel
-    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads
+    from skillduet_plugin.runs.trl_runner import load_model, panel, set_threads  # lazy: imports torch
 
     set_threads(config)
     net, tokenizer = load_model(path / "final_model", config)
@@ -265,7 +269,6 @@ def _train(config: RunConfig, path: Path, say: Callable[[str], None],
     """Train one run; an interrupted one continues from its last complete checkpoint (``skillduet train
     --resume``), or starts again from scratch when it stopped before its first. Returns how it started:
     fresh, resumed or restarted."""
-    from skillduet_plugin.runs import trl_runner
 
     if not path.exists():
         trl_runner.run_training(config, log=emit or say)
@@ -296,7 +299,6 @@ def _complete_run(config: RunConfig, path: Path, run: PlannedRun, needs_neutral:
 
 def _worker(config: RunConfig, path: Path, run: PlannedRun, needs_neutral: bool) -> str:
     """One run in a worker process; its lines go to stderr prefixed with the run's name."""
-    import sys
 
     def emit(line: str) -> None:
         print(f"[{run.name}] {line}", file=sys.stderr, flush=True)
@@ -312,8 +314,6 @@ def _run_parallel(todo: list[PlannedRun], configs: dict[PlannedRun, RunConfig], 
                   needs: dict[PlannedRun, bool], jobs: int, bar: Any, say: Callable[[str], None]) -> None:
     """Runs in ``jobs`` worker processes (spawned: no torch state is shared); the first failure stops the
     study after the runs in flight end (each is resumable)."""
-    import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_worker, configs[r], run_dir(root, r), r, needs[r]): r for r in todo}
@@ -334,7 +334,6 @@ def run_study(root: str | os.PathLike, spec: StudySpec, *, log: Callable[[str], 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs={jobs!r} is invalid: expected an integer >= 1 (e.g. 2 on a 2-core machine "
                           "with one thread per run)")
-    from tqdm.auto import tqdm
 
     spec.validate()
     root = Path(root).expanduser().resolve()

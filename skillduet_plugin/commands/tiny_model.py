@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.warmstart.tiny_model import SIZES, build_tiny
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from skillduet_plugin.warmstart.tiny_model import SIZES
 
     parser.add_argument("out_dir", help="folder to write the tokenizer and model into")
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model shape (default: tiny)")
@@ -21,11 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     if args.env is not None:
-        from skillduet_plugin.config import ConfigError
-        from skillduet_plugin.envs.registry import env_spec
 
         try:
             env_spec(args.env)  # before any work

@@ -12,9 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.runs.config import load_run_config, settings_help
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from skillduet_plugin.runs.config import settings_help
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "settings (YAML keys or dotted key=value overrides):\n" + settings_help()
@@ -30,8 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.config import ConfigError
-    from skillduet_plugin.runs.config import load_run_config
 
     config_path, overrides = args.config, list(args.overrides)
     if config_path is not None and "=" in config_path:  # `skillduet train steps=3`: no file, only overrides
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     resume = getattr(args, "resume", None)
     try:
         if resume is not None:
-            from skillduet_plugin.runs.trl_runner import resume_point
+            from skillduet_plugin.runs.trl_runner import resume_point  # lazy: imports torch
 
             if config_path is not None:
                 raise ConfigError(f"--resume reads {resume}/config.yaml: drop the config file {config_path!r} "
@@ -51,11 +53,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"skillduet train: {err}", file=sys.stderr)
         return 2
     if args.print_config:
-        import yaml
 
         print(yaml.safe_dump(config.resolved_dict(), sort_keys=False), end="")
         return 0
-    from skillduet_plugin.runs.trl_runner import run_training
+    from skillduet_plugin.runs.trl_runner import run_training  # lazy: imports torch
 
     run_dir = run_training(config, resume=resume)
     print(run_dir, flush=True)

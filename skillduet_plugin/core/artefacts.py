@@ -13,6 +13,7 @@ import ast
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -45,7 +46,6 @@ def code_digest(*modules: str) -> str:
     """A digest of the code of ``modules`` (dotted names) that ignores comments, docstrings and formatting (it
     hashes the parsed syntax tree without docstrings), so that a cache keyed by it is rebuilt when the code that
     made it changes, and not when only its documentation does."""
-    import importlib.util
 
     h = hashlib.sha256()
     for name in modules:

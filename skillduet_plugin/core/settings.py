@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import enum
 import math
+import textwrap
 import types
 import typing
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
@@ -261,7 +262,6 @@ def _md(text: str) -> str:
 
 def render_text(rows: Sequence[tuple[str, str, str]], width: int = 100) -> str:
     """The ``--help`` epilog of :func:`field_docs` rows: one key per entry, its help indented below."""
-    import textwrap
 
     out = []
     for key, default, text in rows:

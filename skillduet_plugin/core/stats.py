@@ -36,8 +36,9 @@ def _matrix(values: Sequence[Sequence[float]] | np.ndarray, name: str) -> np.nda
     return m
 
 
-def bootstrap_interval(a: Sequence[Sequence[float]] | np.ndarray, b: Sequence[Sequence[float]] | np.ndarray | None = None,
-                       *, level: float = 0.95, n_boot: int = 10000, seed: int = 0) -> Interval:
+def bootstrap_interval(a: Sequence[Sequence[float]] | np.ndarray,
+                       b: Sequence[Sequence[float]] | np.ndarray | None = None, *, level: float = 0.95,
+                       n_boot: int = 10000, seed: int = 0) -> Interval:
     """The mean of ``a`` (or the paired difference mean(a) - mean(b)) with a percentile-bootstrap interval.
 
     ``a`` and ``b``: ``(seeds, tasks)`` matrices (a 1-D sequence is one seed). Each bootstrap replicate draws

@@ -18,6 +18,7 @@ from multiprocessing.connection import wait as wait_connections
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.core.registry import resolve_target
+from skillduet_plugin.envs.registry import env_spec
 
 
 @dataclass
@@ -138,7 +139,6 @@ class EnvPool:
 
     def __init__(self, env_name: str, *, num_workers: int = 2, env_kwargs: dict[str, Any] | None = None,
                  step_timeout_s: float = 60.0, reset_timeout_s: float = 120.0, mp_context: str = "spawn") -> None:
-        from skillduet_plugin.envs.registry import env_spec
 
         spec = env_spec(env_name)  # an unknown name fails here, listing the registered ones
         if num_workers < 0:

@@ -67,8 +67,8 @@ def convert_gguf(gguf_file: str | Path, out_dir: str | Path) -> ConversionReport
     save model + tokenizer (with its chat template) to ``out_dir`` in fp32, and check that the saved folder
     reproduces the GGUF model's logits and token ids exactly. Raises :class:`ConversionError` otherwise.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
     if importlib.util.find_spec("gguf") is None:
         raise ConversionError("transformers needs the 'gguf' package to read GGUF files: pip install gguf")
@@ -106,8 +106,8 @@ def convert_gguf(gguf_file: str | Path, out_dir: str | Path) -> ConversionReport
 
 def verify_saved(out: Path, input_ids, reference_logits, text: str) -> None:
     """The saved folder tokenizes ``text`` to ``input_ids`` and reproduces ``reference_logits`` bit for bit."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
     tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]

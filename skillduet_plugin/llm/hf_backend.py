@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, backoff_delay, check_requests, strip_think
@@ -106,7 +107,7 @@ class TransformersBackend(ChatBackend):
                      max_tokens: int | None = None) -> list[list[int]]:
         """New token ids per conversation, cut before the first EOS (at most ``max_tokens``, default
         ``config.max_tokens``, each)."""
-        import torch
+        import torch  # lazy: torch
 
         tok, model = self.tokenizer, self.model
         prompts = [tok.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True)
@@ -139,10 +140,9 @@ class TransformersBackend(ChatBackend):
 
 
 def _load(path: str, role: str):
-    from pathlib import Path
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # lazy: torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
     if not Path(path).is_dir():
         raise ValueError(f"{role}.model={path!r} is not a local model folder: the transformers backend loads "

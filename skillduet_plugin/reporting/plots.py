@@ -12,7 +12,7 @@ from skillduet_plugin.runs.plots import SUCCESS_PREFIX, pyplot, save_figure, ser
 
 
 def _integer_steps(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 

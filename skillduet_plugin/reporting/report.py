@@ -12,8 +12,8 @@ from typing import Any, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from skillduet_plugin.reporting.html import render_html
-from skillduet_plugin.reporting.plots import (has_series, plot_analyzer_failures, plot_compare,
-                                              plot_compare_task_types, task_types)
+from skillduet_plugin.reporting.plots import (has_series, plot_analyzer_failures, plot_compare, plot_compare_task_types,
+                                              task_types)
 from skillduet_plugin.reporting.runs import RunData, load_run, unique_labels
 from skillduet_plugin.reporting.skills_report import global_versions_section, ranked_skills_section
 from skillduet_plugin.runs import plots as run_plots
@@ -50,7 +50,7 @@ def _tokenizer_for(run: RunData) -> Any:
     if not (folder / "tokenizer_config.json").is_file():
         return None
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: transformers
 
         return AutoTokenizer.from_pretrained(folder)
     except Exception:  # a report must not fail on an unreadable tokenizer

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+
 from skillduet_plugin.runs.rundir import BANK_FILE, CONFIG_FILE, METRICS_FILE, read_metrics, step_records
 
 # plot name <- names other producers use for the same per-step number (first present wins)
@@ -79,7 +81,6 @@ def _read_config(root: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        import yaml
 
         data = yaml.safe_load(path.read_text())
     except Exception:  # a broken config must not stop a report of the metrics

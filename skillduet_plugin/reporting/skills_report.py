@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.tracking import global_diff, markdown_table
 
 RANKED_TOP = 10
@@ -14,7 +15,6 @@ MAX_TEXT = 160
 
 
 def _read_bank(bank_path: Path) -> tuple[list[Any], list[Any]]:
-    from skillduet_plugin.skills.bank import SkillBank
 
     if not bank_path.exists():
         return [], []

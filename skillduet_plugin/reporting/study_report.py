@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from skillduet_plugin.core.stats import Interval, bootstrap_interval
+from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
-from skillduet_plugin.study import (BEFORE_FILE, BEFORE_TRAIN_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec,
-                                         arm_overlay, is_complete, plan, run_dir)
+from skillduet_plugin.study import (BEFORE_FILE, BEFORE_TRAIN_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
+                                    is_complete, plan, run_dir)
 
 CONDITION_ROWS = (("none", "None"), ("neutral", "Length-matched neutral"), ("learned", "Learned Global"))
 
@@ -159,7 +160,7 @@ def plot_curves(arms: Sequence[ArmData], out: Path) -> Path:
         line, = ax.plot(xs, mean, marker="o", markersize=3, label=f"{data.label} (n={len(data.seeds)})")
         ax.fill_between(xs, [min(by_step[x]) for x in xs], [max(by_step[x]) for x in xs],
                         color=line.get_color(), alpha=0.15, linewidth=0)
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL step")
@@ -339,7 +340,6 @@ def _sampled_note(result: dict[str, Any] | None) -> str:
 
 def _scored(env: str | None) -> bool:
     """True for environments whose score is not just the success (WebShop: the paper reports both)."""
-    from skillduet_plugin.envs.registry import env_names, env_spec
 
     return bool(env) and env in env_names() and not env_spec(env).per_type_report
 

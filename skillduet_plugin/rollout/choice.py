@@ -5,8 +5,9 @@ give (:func:`action_response`: ``<think>reason</think><action>A</action>`` + eos
 log-prob under the policy is computed given the episode so far, and one is drawn with probability
 ``softmax(sum_logp / temperature)`` (the argmax when greedy). The chosen response's tokens are then recorded
 like generated ones, with a loss mask of its decisive tokens only (``rollout.engine.decisive_mask``: the tokens
-every remaining candidate shares, such as ``go to`` or ``</action>``, say nothing about the choice). The CPU demo uses this so that a tiny model,
-which cannot copy long action strings reliably, still plays real games; real runs generate freely.
+every remaining candidate shares, such as ``go to`` or ``</action>``, say nothing about the choice).
+The CPU demo uses this so that a tiny model, which cannot copy long action strings reliably, still plays real
+games; real runs generate freely.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def candidate_logprobs(model: Any, context: list[int], candidates: list[list[int
     (causal attention keeps padding out of every position that is read), so the cost is one context forward
     plus ``sum(len(candidates))`` tokens.
     """
-    import torch
+    import torch  # lazy: torch
 
     if not context:
         raise ValueError("context is empty: a candidate needs at least one context token")
@@ -73,7 +74,7 @@ def hf_choice_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0, d
     Sampling uses torch's global generator (seed it for reproducible draws). The caller puts the model in eval
     mode; this runs under ``torch.no_grad``. ``chat`` is accepted for symmetry with ``hf_generate_fn``.
     """
-    import torch
+    import torch  # lazy: torch
 
     if do_sample and temperature <= 0:
         raise ValueError(f"temperature={temperature!r} must be > 0 when sampling (or set do_sample=False)")

@@ -31,7 +31,7 @@ def hf_generate_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0,
     ``generate`` keywords (``top_k``, ``min_p``, ``repetition_penalty``...) pass through; ``top_k`` defaults to
     0 (off) rather than transformers' 50. The caller puts the model in eval mode; this runs under ``torch.no_grad``.
     """
-    import torch
+    import torch  # lazy: torch
 
     if temperature <= 0 and do_sample:
         raise ValueError(f"temperature={temperature!r} must be > 0 when sampling (or set do_sample=False)")

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+
 from skillduet_plugin.config import METHOD_PRESETS, SkillDuetConfig, preset, read_yaml
 from skillduet_plugin.core.episode import episode_field
 from skillduet_plugin.core.names import ACTION_SELECTIONS
 from skillduet_plugin.core.settings import (ConfigError, check, check_keys, check_types, field_docs, invalid,
-                                            setting, validate_fields)
+                                            render_text, setting, validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs.env_defaults import TINY_TASK_TYPES, run_defaults
 from skillduet_plugin.warmstart import EXPERTS
@@ -197,12 +199,12 @@ class RunConfig:
             invalid("data_dir", self.data_dir, "no such folder: pass the benchmark data folder, or null for "
                     "generated data")
         if self.trl:
-            from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
+            from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig  # lazy: imports torch
 
             check_keys("trl", self.trl, SkillDuetGRPOConfig)
             check_types("trl", self.trl, SkillDuetGRPOConfig)
         if self.device == "cuda":
-            import torch
+            import torch  # lazy: torch
 
             if not torch.cuda.is_available():
                 invalid("device", self.device, "no CUDA device is visible: use device=auto or cpu")
@@ -292,7 +294,6 @@ def tiny_size(model: str) -> str:
 def parse_value(text: str) -> Any:
     """A command-line value as YAML reads it: ``3`` -> 3, ``0.25`` -> 0.25, ``true`` -> True, ``null`` -> None,
     ``[a, b]`` -> list; anything else stays a string."""
-    import yaml
 
     try:
         return yaml.safe_load(text) if text.strip() else ""
@@ -396,13 +397,11 @@ def method_rows() -> list[tuple[str, str, str]]:
 
 def settings_help() -> str:
     """Every run setting with its default and help (the epilog of ``skillduet train --help``)."""
-    from skillduet_plugin.core.settings import render_text
 
     return render_text(field_docs(RunConfig) + method_rows() + field_docs(SkillDuetConfig, "skillduet."))
 
 
 def dump_yaml(data: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    import yaml
 
     out = Path(path)
     out.write_text(yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False))

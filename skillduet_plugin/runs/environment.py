@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from skillduet_plugin.envs import make
+from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.runs.config import RunConfig
 
@@ -39,13 +41,11 @@ def data_identity(config: RunConfig, split: str) -> dict[str, Any]:
 
 
 def make_env(config: RunConfig, split: str, limit: int = 0) -> Any:
-    from skillduet_plugin.envs import make
 
     kw = env_kwargs(config, split, limit)
     return make(config.env, **kw)
 
 
 def make_pool(config: RunConfig, split: str, limit: int = 0) -> Any:
-    from skillduet_plugin.envs.pool import EnvPool
 
     return EnvPool(config.env, num_workers=config.env_workers, env_kwargs=env_kwargs(config, split, limit))

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.rollout.choice import hf_choice_fn
+from skillduet_plugin.rollout.collector import hf_generate_fn, run_episodes
+from skillduet_plugin.runs.environment import make_pool
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
+from skillduet_plugin.skills.inject import global_messages
+from skillduet_plugin.skills.types import GlobalSkills
 
 CONDITIONS = ("none", "neutral", "learned")
 CONDITION_LABELS = {"none": "None", "neutral": "Length-matched neutral", "learned": "Learned Global"}
@@ -75,7 +82,6 @@ class GlobalCondition:
         return getattr(self.lifecycle, "config", None)
 
     def global_for(self, scope: str):
-        from skillduet_plugin.skills.types import GlobalSkills
 
         if self.mode == "none" or self.lifecycle is None:
             return GlobalSkills(scope=scope, version=None, text="")
@@ -93,7 +99,6 @@ class GlobalCondition:
             return [dict(m) for m in prompt_messages]
         if self.mode == "learned":
             return self.lifecycle.student_messages(prompt_messages, task=task, scope=scope)
-        from skillduet_plugin.skills.inject import global_messages
 
         cfg, tok = self.lifecycle.config, self.lifecycle.tokenizer
         text = neutral_text(count_tokens(self.learned_text(scope), tok), tok)
@@ -104,7 +109,7 @@ class GlobalCondition:
 def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any) -> Any:
     """A read-only lifecycle over a run's bank, inserting the Global like the run did (its budget, position
     and scope), whatever the run's method was."""
-    from skillduet_plugin.skills.lifecycle import SkillLifecycle
+    from skillduet_plugin.skills.lifecycle import SkillLifecycle  # lazy: imports torch
 
     cfg = SkillDuetConfig(skill_token_budget=method.skill_token_budget, skill_position=method.skill_position,
                           scope=method.scope, max_skill_chars=method.max_skill_chars)
@@ -148,11 +153,8 @@ def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name:
     """One episode per entry of ``task_ids`` under ``condition`` (all in lockstep), greedy unless ``do_sample``
     (then sampled at ``temperature`` from torch's global generator, as in the rollouts); ``action_selection=
     "choose"`` picks among the admissible actions by their scores instead of generating."""
-    import torch
+    import torch  # lazy: torch
 
-    from skillduet_plugin.rollout.choice import hf_choice_fn
-    from skillduet_plugin.rollout.collector import hf_generate_fn, run_episodes
-    from skillduet_plugin.core.conversation import ChatTokenizer
 
     chat = ChatTokenizer(tokenizer)
     was_training = model.training
@@ -231,7 +233,7 @@ def sampled_episodes(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env
                      samples: int, seed: int, temperature: float, **limits: Any) -> list[Any]:
     """``samples`` sampled episodes per task (no Global), drawn from torch's generator seeded with ``seed``
     inside a forked RNG: the same episodes on every call, and the caller's random state is left as it was."""
-    import torch
+    import torch  # lazy: torch
 
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
@@ -279,9 +281,7 @@ def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[s
     environment pool for the panel (``split``: the tasks' split when they are not the panel's), the run's turn
     limits and action selection (``samples``: :func:`evaluate_conditions`, at the run's temperature and seed);
     everything closed after."""
-    from pathlib import Path
 
-    from skillduet_plugin.runs.environment import make_pool
 
     bank = Path(bank_path) if bank_path else None
     lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None

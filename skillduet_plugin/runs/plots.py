@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from skillduet_plugin.runs.rundir import BANK_FILE, read_metrics, step_records
+from skillduet_plugin.skills.bank import SkillBank
+from skillduet_plugin.skills.budget import count_tokens
 
 SUCCESS_PREFIX = "success/"
 OPD_KEYS = ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student", "opd/loss")
@@ -19,10 +21,10 @@ OPD_KEYS = ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student
 
 def pyplot():
     """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     return plt
 
@@ -100,7 +102,6 @@ def plot_opd(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title
 def strength_by_consolidation(bank_path: str | os.PathLike) -> dict[int, list[float]]:
     """Consolidation step -> Strength scores of the Local candidates it chose from (made since the previous
     consolidation, all scopes). Candidates without a score are left out."""
-    from skillduet_plugin.skills.bank import SkillBank
 
     if not Path(bank_path).exists():
         return {}
@@ -122,8 +123,6 @@ def strength_by_consolidation(bank_path: str | os.PathLike) -> dict[int, list[fl
 def global_sizes(bank_path: str | os.PathLike, tokenizer: Any = None) -> list[dict[str, Any]]:
     """Per Global version: ``step``, ``scope``, ``version``, ``items`` and ``tokens`` (whitespace words when no
     tokenizer is given)."""
-    from skillduet_plugin.skills.bank import SkillBank
-    from skillduet_plugin.skills.budget import count_tokens
 
     if not Path(bank_path).exists():
         return []

@@ -11,9 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from skillduet_plugin.runs.rundir import MetricsWriter
+from skillduet_plugin.skills.trajectory_io import save_trajectories, trajectory_file
 
 # Keys of TRL's end-of-training log; they go into a separate "train_end" record.
 _END_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
@@ -57,7 +59,6 @@ class RunRecorder(TrainerCallback):
         self.last_record: dict[str, Any] = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from tqdm.auto import tqdm
 
         self.t_train = time.time()
         self.bar = tqdm(total=self.total, desc="SkillDuet RL", unit="step", dynamic_ncols=True)
@@ -85,7 +86,6 @@ class RunRecorder(TrainerCallback):
 
     def _save_trajectories(self, step: int) -> None:
         """The step's trajectories (tokens, base log-probs, actions) for offline re-scoring (``skillduet score``)."""
-        from skillduet_plugin.skills.trajectory_io import save_trajectories, trajectory_file
 
         trajectories = (getattr(self.trainer, "last_rollout", None) or {}).get("trajectories") or []
         accelerator = getattr(self.trainer, "accelerator", None)

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from skillduet_plugin.config import ConfigError
+from skillduet_plugin.core.artefacts import digest_key
+from skillduet_plugin.runs.config import check_model_folder, tiny_size
+from skillduet_plugin.warmstart.tiny_model import build_tiny, corpus_spec, tiny_key
 
 BANK_FILE = "skill_bank.sqlite"
 METRICS_FILE = "metrics.jsonl"
@@ -32,16 +35,12 @@ def resolve_model(spec: str, *, seed: int = 0, env: str | None = None) -> Path:
     folder (nothing is downloaded). A tiny build's folder is named by its key, so builds of different code
     versions sharing one cache never replace each other."""
     if spec.startswith("tiny"):
-        from skillduet_plugin.core.artefacts import digest_key
-        from skillduet_plugin.runs.config import tiny_size
-        from skillduet_plugin.warmstart.tiny_model import build_tiny, corpus_spec, tiny_key
 
         size = tiny_size(spec)
         corpus = env if corpus_spec(env) is not None else None
         key = digest_key(tiny_key(size, seed=seed, corpus=corpus), 12)
         name = f"tiny-{size}-s{seed}-{corpus}-{key}" if corpus else f"tiny-{size}-s{seed}-{key}"
         return build_tiny(cache_dir() / "models" / name, size=size, seed=seed, corpus=corpus)
-    from skillduet_plugin.runs.config import check_model_folder
 
     return check_model_folder(spec)
 

@@ -10,6 +10,7 @@ import dataclasses
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.settings import field_docs, render_markdown
+from skillduet_plugin.integrations.verl.settings import EnvSettings
 from skillduet_plugin.runs.config import RunConfig, method_rows
 
 
@@ -19,10 +20,9 @@ def _own_fields(cls: type, base: type) -> list[tuple[str, str, str]]:
 
 
 def render() -> str:
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # lazy: trl
 
-    from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
-    from skillduet_plugin.integrations.verl.settings import EnvSettings
+    from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig  # lazy: imports torch
 
     parts = [
         "# Configuration reference\n",

@@ -13,7 +13,7 @@ def paired_difference(before: dict | None, after: dict | None, mode: str = "none
     """After minus before success (``field="scores"``: score) on the same tasks (no Global), with a paired
     percentile-bootstrap 95% interval over the tasks (``core.stats.bootstrap_interval``: both measurements
     resample the same tasks)."""
-    from skillduet_plugin.core.stats import bootstrap_interval
+    from skillduet_plugin.core.stats import bootstrap_interval  # lazy: imports numpy
 
     try:
         a = after["conditions"][mode][field]  # type: ignore[index]

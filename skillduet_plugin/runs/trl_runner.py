@@ -15,14 +15,23 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from skillduet_plugin.config import ConfigError
 from skillduet_plugin.core.episode import episode_settings
+from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
 from skillduet_plugin.runs.environment import data_identity, env_kwargs, make_env
+from skillduet_plugin.runs.evaluate import evaluate_panel
+from skillduet_plugin.runs.plots import plot_run
 from skillduet_plugin.runs.recorder import RunRecorder
-from skillduet_plugin.runs.summary import (panel_summary, run_summary, summary_line, training_line,
-                                          training_summary)
 from skillduet_plugin.runs.rundir import (CONFIG_FILE, MetricsWriter, RunDir, cache_dir, read_metrics, resolve_model,
                                           write_json)
+from skillduet_plugin.runs.summary import panel_summary, run_summary, summary_line, training_line, training_summary
+from skillduet_plugin.warmstart.cache import warm_start_model
+from skillduet_plugin.warmstart.workers import POOL_MIN_STEPS, default_workers
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
                "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
@@ -30,7 +39,6 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRL_EXPE
 
 def device_settings(config: RunConfig) -> dict[str, Any]:
     """GRPOConfig keywords for the device: bf16 on CUDA when available, CPU-safe fp32 settings otherwise."""
-    import torch
 
     cuda = torch.cuda.is_available() and config.device != "cpu"  # device=cuda without CUDA: refused at load
     bf16 = cuda and (config.precision in ("auto", "bf16")) and torch.cuda.is_bf16_supported()
@@ -46,7 +54,6 @@ def torch_threads(config: RunConfig) -> int:
     not change with the load; and small enough that a busy CPU slows the run down instead of stalling it:
     OpenMP threads wait for each other at every operator, so when another process takes one of their cores every
     operator waits for the descheduled thread (measured in ``bench/threads.py``, docs/benchmarks.md)."""
-    import torch
 
     if config.threads:
         return config.threads
@@ -58,7 +65,6 @@ def torch_threads(config: RunConfig) -> int:
 
 def set_threads(config: RunConfig) -> int:
     """Apply :func:`torch_threads`; returns the count."""
-    import torch
 
     threads = torch_threads(config)
     torch.set_num_threads(threads)
@@ -68,7 +74,7 @@ def set_threads(config: RunConfig) -> int:
 def grpo_args(config: RunConfig, run: RunDir) -> Any:
     """The SkillDuetGRPOConfig of a run: one generation batch of ``tasks_per_step`` tasks x G rollouts per
     optimizer step, no gradient accumulation, beta 0 (no reference model), log every step."""
-    from skillduet_plugin.integrations.trl import SkillDuetGRPOConfig
+    from skillduet_plugin.integrations.trl import SkillDuetGRPOConfig  # lazy: imports trl
 
     batch = config.tasks_per_step * config.num_generations
     kwargs: dict[str, Any] = dict(
@@ -132,8 +138,6 @@ def panel(config: RunConfig, split: str | None = None, limit: int | None = None)
 
 def load_model(model_dir: Path, config: RunConfig) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a local folder, in bf16 on CUDA when the run uses it, else fp32 on CPU."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dtype = torch.bfloat16 if device_settings(config)["bf16"] else torch.float32
@@ -147,7 +151,6 @@ def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run
             conditions: tuple[str, ...], log: Callable[[str], None], split: str | None = None) -> dict[str, Any]:
     """Success on the panel (or on ``tasks`` of ``split``) under ``conditions`` (greedy), and sampled without
     Global (``RunConfig.samples_for``); written to ``eval/<label>.json``."""
-    from skillduet_plugin.runs.evaluate import evaluate_panel
 
     results = evaluate_panel(model, tokenizer, config, tasks, run.bank, conditions=conditions, log=log,
                              split=split, samples=config.samples_for(split))
@@ -159,8 +162,7 @@ def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run
 def resume_point(run_dir: str | os.PathLike) -> Path:
     """The last complete checkpoint of a run directory (one with its skill-bank snapshot), or a ConfigError
     naming the folder and the fix. Checked before any work starts."""
-    from skillduet_plugin.config import ConfigError
-    from skillduet_plugin.integrations.trl.callback import SNAPSHOT_DIRNAME
+    from skillduet_plugin.integrations.trl.callback import SNAPSHOT_DIRNAME  # lazy: imports trl
 
     run = Path(run_dir).expanduser()
     if not (run / CONFIG_FILE).is_file():
@@ -192,7 +194,6 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
     continued from its last checkpoint (model, optimizer, RNG, and the skill bank of that step)."""
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
-    import torch
 
     checkpoint = resume_point(resume) if resume is not None else None
     if checkpoint is not None:
@@ -273,10 +274,8 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         summary["training_tasks"] = training_summary(before_train, after_train, config, len(train_eval_ids))
         writer.write({"event": "summary", **summary})
         write_json(run.root / "summary.json", summary)
-        from skillduet_plugin.runs.plots import plot_run
 
         plot_run(run.root, tokenizer=tokenizer)
-        from skillduet_plugin.envs.registry import env_spec
 
         scored = not env_spec(config.env).per_type_report  # WebShop: the score too, as the paper reports both
         say(summary_line(summary, scored))
@@ -315,7 +314,6 @@ def warm_start_settings(config: RunConfig) -> dict[str, Any]:
 
 
 def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
-    from skillduet_plugin.warmstart.cache import warm_start_model
 
     return warm_start_model(base, make_env=lambda n: make_env(config, config.train_split, n),
                             cache_root=cache_dir(), log=say, workers=cloning_workers(config),
@@ -326,7 +324,6 @@ def cloning_workers(config: RunConfig) -> int:
     """``warm_start.workers``, or when 0 as many processes of the run's thread count as the cores hold, but one
     for a warm start of fewer than ``POOL_MIN_STEPS`` steps (spawning workers costs a few seconds, more than such
     a short warm start saves). The cloned weights are the same for any count."""
-    from skillduet_plugin.warmstart.workers import POOL_MIN_STEPS, default_workers
 
     ws = config.warm_start
     if ws.workers:
@@ -335,7 +332,7 @@ def cloning_workers(config: RunConfig) -> int:
 
 
 def _trainer(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids: list[str]) -> Any:
-    from skillduet_plugin.integrations.trl import SkillDuetGRPOTrainer, task_dataset
+    from skillduet_plugin.integrations.trl import SkillDuetGRPOTrainer, task_dataset  # lazy: imports trl
 
     args = grpo_args(config, run)
     env = make_env(config, config.train_split)
@@ -349,7 +346,6 @@ def _trainer(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_i
 @contextlib.contextmanager
 def _quiet_trainer_progress(trainer: Any):
     """Our progress bar replaces transformers' own bar and log printer for the duration of ``train()``."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for cb in (ProgressCallback, PrinterCallback):
         trainer.remove_callback(cb)

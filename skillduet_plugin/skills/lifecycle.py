@@ -18,20 +18,21 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import LogprobFn
 from skillduet_plugin.core.names import scope_key
+from skillduet_plugin.llm.base import make_backend
 from skillduet_plugin.skills.bank import SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
 from skillduet_plugin.skills.extract import REPLY_MARGIN_TOKENS, ExtractionStats, extract_local
-from skillduet_plugin.skills.inject import (GLOBAL_HEADER, LOCAL_HEADER, global_messages, insert_sections,
-                                           skill_section)
+from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, global_messages, insert_sections, skill_section
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
 from skillduet_plugin.skills.scoring import SkillScore, score_skills
 from skillduet_plugin.skills.similarity import SimilarityFn, embedding_matrix_fn
-from skillduet_plugin.skills.teacher_scoring import (ScoringPlan, plan_scoring, score_from_plan,
-                                                     score_teacher_pass, step_tokens)
+from skillduet_plugin.skills.teacher_scoring import (ScoringPlan, plan_scoring, score_from_plan, score_teacher_pass,
+                                                     step_tokens)
 from skillduet_plugin.skills.tracking import SkillTracker
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill, Trajectory
 
@@ -95,7 +96,6 @@ class SkillLifecycle:
     @property
     def analyzer(self) -> Any:
         if self._analyzer is None:
-            from skillduet_plugin.llm.base import make_backend
 
             self._analyzer = make_backend(self.config.analyzer, role="analyzer", policy_model=self._policy_model,
                                           policy_tokenizer=self.tokenizer)
@@ -104,7 +104,6 @@ class SkillLifecycle:
     @property
     def synthesizer(self) -> Any:
         if self._synthesizer is None:
-            from skillduet_plugin.llm.base import make_backend
 
             self._synthesizer = make_backend(self.config.synthesizer, role="synthesizer",
                                              policy_model=self._policy_model, policy_tokenizer=self.tokenizer)
@@ -222,7 +221,6 @@ class SkillLifecycle:
         if self._chat_tokenizer is None:
             if self.tokenizer is None:
                 raise ValueError("score() needs the policy tokenizer: pass tokenizer= to SkillLifecycle")
-            from skillduet_plugin.core.conversation import ChatTokenizer
 
             self._chat_tokenizer = ChatTokenizer(self.tokenizer, self._chat_template_kwargs)
         return self._chat_tokenizer

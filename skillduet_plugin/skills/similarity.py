@@ -71,7 +71,7 @@ def embedding_matrix_fn(model_name: str = "all-MiniLM-L6-v2") -> SimilarityFn | 
     """A cosine-similarity function over sentence-transformers embeddings, or None when the package or an
     offline copy of the model is unavailable (the lexical similarity is used then)."""
     try:
-        from sentence_transformers import SentenceTransformer  # optional dependency
+        from sentence_transformers import SentenceTransformer  # lazy: sentence_transformers (optional dependency)
     except Exception:  # noqa: BLE001 - any import failure means "not available"
         return None
     try:

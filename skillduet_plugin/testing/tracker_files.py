@@ -18,8 +18,8 @@ _HEADER = 7
 def tensorboard_texts(logdir: str | Path) -> dict[str, dict[int, str]]:
     """Every text summary under ``logdir`` (all event files, recursively): ``{tag: {step: text}}``, the tag
     without torch's ``/text_summary`` suffix."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tensor_util
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # lazy: tensorboard
+    from tensorboard.util import tensor_util  # lazy: tensorboard
 
     out: dict[str, dict[int, str]] = {}
     for events in sorted(Path(logdir).rglob("events.out.tfevents.*")):
@@ -35,7 +35,7 @@ def tensorboard_texts(logdir: str | Path) -> dict[str, dict[int, str]]:
 
 def tensorboard_scalars(logdir: str | Path) -> dict[str, dict[int, float]]:
     """Every scalar under ``logdir``: ``{tag: {step: value}}``."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # lazy: tensorboard
 
     out: dict[str, dict[int, float]] = {}
     for events in sorted(Path(logdir).rglob("events.out.tfevents.*")):
@@ -76,7 +76,7 @@ def _wandb_payloads(path: Path) -> Iterator[bytes]:
 def wandb_history(run_dir: str | Path) -> list[dict[str, Any]]:
     """The history rows of a W&B offline run folder (``.../wandb/offline-run-*``), values JSON-decoded; a
     media value is its reference dict (``{"_type": "table-file", "path": "media/table/..."}``)."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.proto import wandb_internal_pb2 as pb  # lazy: wandb
 
     run_file = next(Path(run_dir).glob("*.wandb"))
     rows = []

@@ -14,7 +14,7 @@ import types
 from typing import Any, Optional
 
 import torch
-
+import verl.utils.distributed as dist_utils
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
@@ -124,7 +124,6 @@ class PlatformCPU(PlatformBase):
 
 def _patch_process_group() -> None:
     """verl asks for ``cpu:gloo,<device>:<backend>``, i.e. ``cpu:gloo,cpu:gloo``, which torch rejects."""
-    import verl.utils.distributed as dist_utils
 
     original = getattr(dist_utils.initialize_global_process_group_ray, "__wrapped__", None) or \
         dist_utils.initialize_global_process_group_ray

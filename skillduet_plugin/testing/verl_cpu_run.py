@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from skillduet_plugin.integrations.verl.data import build_dataset
+from skillduet_plugin.warmstart.tiny_model import build_tiny
+
 REPO = Path(__file__).resolve().parents[2]
 
 #: What makes verl 0.9.1 run on a 2-core CPU machine (see the CPU notes of docs/research on verl).
@@ -111,7 +114,7 @@ def rule_reward(data_source: str, solution_str: str, ground_truth: str, extra_in
 
 def build_rule_dataset(out_dir: str | os.PathLike, n: int = 16) -> str:
     """Single-turn arithmetic prompts, scored by :func:`rule_reward`."""
-    import pandas as pd
+    import pandas as pd  # lazy: imports numpy
 
     rows = []
     for i in range(n):
@@ -128,14 +131,13 @@ def build_rule_dataset(out_dir: str | os.PathLike, n: int = 16) -> str:
 
 def build_alfworld_dataset(out_dir: str | os.PathLike, max_train: int = 8) -> str:
     """Rows for the first ``max_train`` generated ALFWorld games (generated once into the user cache)."""
-    from skillduet_plugin.integrations.verl.data import build_dataset
 
     return build_dataset("alfworld", str(Path(out_dir) / "alfworld"), max_train=max_train)["train"]
 
 
 def run_env(extra_pythonpath: str | None = None, **extra: str) -> dict[str, str]:
     """The subprocess environment: offline, one thread per process, the CPU shim and backend in every process."""
-    from skillduet_plugin.testing.verl_rollout import cpu_rollout_env
+    from skillduet_plugin.testing.verl_rollout import cpu_rollout_env  # lazy: imports torch
 
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -187,7 +189,6 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
 
     ``log``: write the run's output there (else it goes to this process's stdout).
     """
-    from skillduet_plugin.warmstart.tiny_model import build_tiny
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -232,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("DRY_RUN", "") not in ("", "0"):
         return code
     print(f"checkpoints: {ckpt}")
-    print(f"metrics (verl's file logger): {args.metrics or out / ('metrics_' + ('stock' if args.stock else 'skillduet') + '.jsonl')}")
+    kind = "stock" if args.stock else "skillduet"
+    print(f"metrics (verl's file logger): {args.metrics or out / f'metrics_{kind}.jsonl'}")
     if not args.stock:
         saved = sorted(ckpt.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
         if saved:

@@ -24,10 +24,13 @@ from typing import Any, Iterable
 
 import ray
 import torch
-
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+
+from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
+from skillduet_plugin.testing.verl_cpu import cpu_env
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +58,6 @@ class CPURolloutServer:
     """
 
     def __init__(self, model_path: str, response_length: int, seed: int = 0) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         torch.manual_seed(seed)
@@ -250,8 +252,6 @@ def register() -> None:
 
 def cpu_rollout_env(extra_pythonpath: str | None = None) -> dict[str, str]:
     """Environment variables loading the CPU platform shim and this backend in every verl process."""
-    from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
-    from skillduet_plugin.testing.verl_cpu import cpu_env
 
     env = cpu_env(extra_pythonpath)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses an empty value; the platform shim needs none

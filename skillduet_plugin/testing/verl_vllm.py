@@ -29,14 +29,24 @@ Model: vLLM's CPU attention refuses head size 16, so runs use the ``tiny64`` pre
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
+from ray.runtime_context import RuntimeContext
 from verl.workers.rollout import base as rollout_base
+from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+from skillduet_plugin.testing import verl_cpu_run as base
+from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
+from skillduet_plugin.testing.verl_cpu import cpu_env
+from skillduet_plugin.testing.verl_cpu_run import read_metrics
 from skillduet_plugin.testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
+from skillduet_plugin.warmstart.tiny_model import build_tiny
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +78,6 @@ VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nob
 
 def _patch_accelerator_ids() -> None:
     """``RuntimeContext.get_accelerator_ids()`` also answers the CPU platform's resource name (see module doc)."""
-    from ray.runtime_context import RuntimeContext
 
     original = getattr(RuntimeContext.get_accelerator_ids, "__wrapped__", None) or RuntimeContext.get_accelerator_ids
 
@@ -82,7 +91,7 @@ def _patch_accelerator_ids() -> None:
 
 
 def _adapter_class() -> type:
-    from verl.workers.rollout.vllm_rollout.vllm_rollout import ServerAdapter
+    from verl.workers.rollout.vllm_rollout.vllm_rollout import ServerAdapter  # lazy: imports vllm
 
     class CPUServerAdapter(ServerAdapter):
         """verl's ``ServerAdapter`` with the negative-control switch and a per-run socket name."""
@@ -117,7 +126,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _replica_class() -> type:
-    from skillduet_plugin.testing.verl_vllm_server import CPUvLLMReplica
+    from skillduet_plugin.testing.verl_vllm_server import CPUvLLMReplica  # lazy: imports vllm
 
     return CPUvLLMReplica
 
@@ -125,7 +134,6 @@ def _replica_class() -> type:
 def register() -> None:
     """Patch what the CPU platform needs; route verl's ``vllm`` replica (server side) and worker-side adapter
     through the CPU subclasses (verl's own registries)."""
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     _patch_accelerator_ids()
     RolloutReplicaRegistry.register(NAME, _replica_class)
@@ -134,8 +142,6 @@ def register() -> None:
 
 def vllm_env(extra_pythonpath: str | None = None) -> dict[str, str]:
     """Environment variables loading the CPU platform and this module in every verl process, plus vLLM's."""
-    from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
-    from skillduet_plugin.testing.verl_cpu import cpu_env
 
     env = cpu_env(extra_pythonpath)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray refuses an empty value; the platform needs none
@@ -149,11 +155,6 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
         metrics: str | None = None, overrides: Sequence[str] = (), extra_env: dict[str, str] | None = None,
         log: str | None = None, timeout: float | None = None) -> int:
     """``testing.verl_cpu_run.run`` with verl's vLLM rollout and the ``tiny64`` model; returns the exit code."""
-    import json
-    import uuid
-
-    from skillduet_plugin.warmstart.tiny_model import build_tiny
-    from skillduet_plugin.testing import verl_cpu_run as base
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -174,9 +175,6 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m skillduet_plugin.testing.verl_vllm --out DIR [--steps N] [--stock] [overrides...]``."""
-    import argparse
-
-    from skillduet_plugin.testing.verl_cpu_run import read_metrics
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the model, data, checkpoints and logs")

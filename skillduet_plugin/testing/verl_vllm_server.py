@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import ray
-
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
+from vllm.model_executor.model_loader import utils as loader_utils
+from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
 from skillduet_plugin.testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
 
@@ -31,8 +32,6 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
         return tagged_zmq_handle(super()._get_zmq_handle())
 
     def update_weights_from_ipc(self, *args: Any, **kwargs: Any) -> Any:
-        from vllm.model_executor.model_loader import utils as loader_utils
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
         for model in self._iter_all_models():
             initialize_layerwise_reload(model)

@@ -13,9 +13,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+from tqdm.auto import tqdm
+
+from skillduet_plugin.core.artefacts import building, code_digest, digest_key, read_marker
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.warmstart.episodes import (build_cloning_data, clone, expert_takes_hint, plan_skill_sections,
-                                             play_expert)
+                                                 play_expert)
 
 FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-independent key
 
@@ -39,9 +43,6 @@ def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
     on the cloning data, the torch version and the torch thread count (a different reduction split may change
     the last bits). Method-only settings (the RL method, its skill budgets) are not in it: GRPO and SkillDuet
     runs of one setting start from the same model."""
-    import torch
-
-    from skillduet_plugin.core.artefacts import code_digest
 
     return {"artefact": "warm-start", "format": FORMAT_VERSION, **settings,
             "code": code_digest(*WARM_START_CODE), "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -49,7 +50,6 @@ def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
 
 def cache_key(settings: dict[str, Any]) -> str:
     """The cache folder name (16 hex) of these settings: a digest of :func:`warm_start_key`."""
-    from skillduet_plugin.core.artefacts import digest_key
 
     return digest_key(warm_start_key(settings))
 
@@ -57,7 +57,6 @@ def cache_key(settings: dict[str, Any]) -> str:
 def model_fingerprint(model_dir: str | Path) -> str:
     """The identity of a base model folder: the digest of its verified artefact marker (a tiny build: every
     file's sha256), else of its config and weight file sizes."""
-    from skillduet_plugin.core.artefacts import read_marker
 
     folder = Path(model_dir)
     marker = read_marker(folder)
@@ -82,7 +81,6 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     gradients (``warmstart.workers``; the same weights for any count, so it is not in the key). Returns
     ``(folder, info)``; ``info`` is the stored summary (``cached`` tells whether it was reused).
     """
-    from skillduet_plugin.core.artefacts import building, read_marker
 
     settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
                 "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,
@@ -105,8 +103,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
 def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], make_env: Callable[[int], Any],
            log: Callable[[str], None], workers: int = 1) -> dict[str, Any]:
     """Play the expert, lay out and clone its episodes for ``settings["steps"]`` steps; save into ``folder``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
     s = settings
     t0 = time.time()
@@ -179,6 +176,5 @@ class _Estimate:
 
 
 def _progress(total: int, desc: str):
-    from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True)

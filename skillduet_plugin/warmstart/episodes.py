@@ -3,9 +3,9 @@ succeeds and GRPO groups hold both successes and failures (nothing is paired or 
 
 Every training sequence is laid out by the RL rollout's own episode engine (``rollout.engine``): the first prompt
 from ``envs.prompts.initial_messages`` (sometimes with a skill section inserted at message level, as RL inserts
-the Global or the teacher's Local skill: :func:`plan_skill_sections`), the assistant turns as ``<think>...</think><action>A</action>`` + eos (loss on these tokens), and
-the environment turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the
-loss).
+the Global or the teacher's Local skill: :func:`plan_skill_sections`), the assistant turns as
+``<think>...</think><action>A</action>`` + eos (loss on these tokens), and the environment
+turns from ``envs.prompts.turn_message`` through ``ChatTokenizer.turn_ids`` (masked out of the loss).
 ``warmstart.cache`` builds and caches the warm-started model.
 
 On ALFWorld the expert is the searching expert of ``envs.alfworld.expert`` by default: a game's stored
@@ -24,20 +24,26 @@ task type) comes with the expert's ordinary search. The analyzer reads only the 
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import torch
+
 from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
 from skillduet_plugin.core.settings import check
+from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.llm.offline import respond
 from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
-from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters
 from skillduet_plugin.skills.consolidate import render_global
 from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
 from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer
 from skillduet_plugin.warmstart import EXPERTS
+from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens
+from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters
 
 #: The Local skill budget of a cloning episode's ``## Hindsight skill`` section (the method's default
 #: ``local_skill_token_budget``).
@@ -61,7 +67,6 @@ def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0,
     goal-directed shopper). ``hint``: the actions of another episode of the same task, which a skill written
     from it describes; an expert whose factory takes ``hint`` acts on it (ALFWorld's searching expert looks
     first where that episode took the target), others ignore it."""
-    from skillduet_plugin.envs.registry import env_spec
 
     check("kind", kind, choices=EXPERTS)
     factory = env_spec(env.name).make_expert
@@ -75,9 +80,6 @@ def make_expert(env: Any, task_id: str, *, kind: str = "search", seed: int = 0,
 
 def expert_takes_hint(env_name: str) -> bool:
     """Whether the environment's registered expert acts on a skill's hint (its factory has a ``hint`` keyword)."""
-    import inspect
-
-    from skillduet_plugin.envs.registry import env_spec
 
     factory = env_spec(env_name).make_expert
     return factory is not None and "hint" in inspect.signature(factory).parameters
@@ -144,13 +146,13 @@ def layout_episode(record: ExpertRecord, env_name: str, chat: ChatTokenizer, *, 
     would not fit ``max_total_tokens`` whole (a cut response is never cloned), as the engine truncates."""
     engine = EpisodeEngine(env_name, chat, max_turns=max(1, len(record.actions)), max_new_tokens=max_total_tokens,
                            max_total_tokens=max_total_tokens)
-    student_fn = None
-    if skill_sections is not None:
-        def student_fn(prompt: list[dict], task: str, scope: str) -> tuple[list[dict], None]:
-            return skill_sections(prompt, task, scope), None
+
+    def student_fn(prompt: list[dict], task: str, scope: str) -> tuple[list[dict], None]:
+        return skill_sections(prompt, task, scope), None
 
     first = {"task": record.task, "task_type": record.scope, "admissible_actions": record.admissible[0]}
-    state = engine.start(record.task_id, record.observations[0], first, student_fn=student_fn)
+    state = engine.start(record.task_id, record.observations[0], first,
+                         student_fn=student_fn if skill_sections is not None else None)
     n = 0
     for k, action in enumerate(record.actions):
         request = state.next_request()
@@ -216,7 +218,6 @@ def plan_skill_sections(records: Sequence[ExpertRecord], env_name: str, *, skill
 
 def analyzer_skill(record: ExpertRecord, env_name: str) -> str:
     """The offline analyzer's Local skill (``local_procedure``) for one won expert episode."""
-    from skillduet_plugin.llm.offline import respond
 
     trajectory = {"traj_id": f"{record.task_id}/{record.seed}", "task": record.task, "actions": record.actions,
                   "observations": record.observations, "won": record.won, "reward": float(record.won)}
@@ -226,7 +227,6 @@ def analyzer_skill(record: ExpertRecord, env_name: str) -> str:
 
 def synthesized_global(local_texts: Sequence[str], budget_tokens: int) -> str:
     """The offline synthesizer's Global from Local skills, as a consolidation writes it."""
-    from skillduet_plugin.llm.offline import respond
 
     items = parse_global_answer(respond({"kind": "synthesize", "current": [], "new": list(local_texts),
                                          "budget_tokens": budget_tokens}))
@@ -279,9 +279,6 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     core slows a worker down without stalling the others. Returns ``{"steps", "loss_first", "loss_last",
     "seconds", "workers"}``.
     """
-    import torch  # lazy, with the loss below: building expert episodes and configs needs no torch
-
-    from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens  # lazy: imports torch
 
     if not episodes:
         raise ValueError("no expert episodes to clone: the warm start needs at least one game")

@@ -16,7 +16,10 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from skillduet_plugin.core.artefacts import MARKER, building, code_digest, read_marker
 from skillduet_plugin.core.settings import check
+from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.rollout.choice import action_response
 
 CHATML_TEMPLATE = (
     "{%- for message in messages %}"
@@ -91,8 +94,6 @@ _TASKS = [
 def _prompt_lines() -> list[str]:
     """The fixed text of the environments' prompt templates and of the constrained-choice responses, so that
     the words every turn repeats become single tokens (a turn of the CPU demo is then ~40% shorter)."""
-    from skillduet_plugin.envs.registry import env_spec
-    from skillduet_plugin.rollout.choice import action_response
 
     lines = []
     for env in CORPUS_ENVS:
@@ -147,8 +148,8 @@ def corpus_lines(n: int = 4000, seed: int = 0, prompt_weight: int = 200) -> list
 def build_tokenizer(vocab_size: int = 1024, seed: int = 0, extra_lines: Sequence[str] = ()):
     """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML specials and chat template, trained on
     :func:`corpus_lines` and ``extra_lines``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # lazy: tokenizers
+    from transformers import PreTrainedTokenizerFast  # lazy: transformers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -165,8 +166,8 @@ def build_tokenizer(vocab_size: int = 1024, seed: int = 0, extra_lines: Sequence
 
 def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embeddings: int = 4096):
     """A randomly initialised ``Qwen3ForCausalLM`` of the named size for ``tokenizer``."""
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    import torch  # lazy: torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM  # lazy: transformers
 
     check("size", size, choices=tuple(SIZES))
     torch.manual_seed(seed)
@@ -180,8 +181,8 @@ def build_model(tokenizer, size: str = "tiny", seed: int = 0, max_position_embed
 
 
 # The code whose output a tiny build is: its key names it, so an edit rebuilds instead of reusing a stale build.
-BUILD_CODE = ("skillduet_plugin.warmstart.tiny_model", "skillduet_plugin.envs.prompts", "skillduet_plugin.rollout.choice",
-              "skillduet_plugin.rollout.responses")
+BUILD_CODE = ("skillduet_plugin.warmstart.tiny_model", "skillduet_plugin.envs.prompts",
+              "skillduet_plugin.rollout.choice", "skillduet_plugin.rollout.responses")
 
 
 def corpus_spec(corpus: str | None) -> Any:
@@ -190,7 +191,6 @@ def corpus_spec(corpus: str | None) -> Any:
     environment that registers none)."""
     if corpus is None:
         return None
-    from skillduet_plugin.envs.registry import env_spec
 
     spec = env_spec(corpus)
     return spec if spec.tiny_corpus is not None else None
@@ -200,11 +200,9 @@ def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: 
     """Everything a tiny build depends on (its cache key); a build with an environment's corpus has that
     environment's vocabulary size and also names the environment, the code of its corpus function and its data's
     identity."""
-    import tokenizers
-    import torch
-    import transformers
-
-    from skillduet_plugin.core.artefacts import code_digest
+    import tokenizers  # lazy: tokenizers
+    import torch  # lazy: torch
+    import transformers  # lazy: transformers
 
     spec = corpus_spec(corpus)
     key = {"artefact": "tiny-model", "size": size, "vocab_size": spec.tiny_vocab_size if spec else vocab_size,
@@ -225,7 +223,6 @@ def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, 
     An existing ``out_dir`` that is neither empty nor a tiny build is refused, so that no unrelated folder is
     replaced. ``corpus`` names an environment whose own text the tokenizer also learns (see the module doc);
     its registered vocabulary size then replaces ``vocab_size``."""
-    from skillduet_plugin.core.artefacts import MARKER, building, read_marker
 
     if size not in SIZES:
         raise ValueError(f"size={size!r} is invalid: allowed values are {', '.join(SIZES)}")
@@ -245,4 +242,3 @@ def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, 
         model.save_pretrained(tmp)
         (tmp / STAMP).write_text(json.dumps(key, sort_keys=True))
     return out
-

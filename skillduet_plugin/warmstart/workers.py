@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 def flat_parameters(model: Any):
     """The model's parameters as one float32 vector, in ``model.parameters()`` order."""
-    import torch
+    import torch  # lazy: torch
 
     return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
 
@@ -40,10 +40,10 @@ def _worker_main(conn: Any, model_dir: str, episodes: Sequence[Any], threads: in
     try:
         # In the spawned worker: torch, transformers and the loss (which imports torch) load here, not when the
         # warm start imports this module.
-        import torch
-        from transformers import AutoModelForCausalLM
+        import torch  # lazy: torch
+        from transformers import AutoModelForCausalLM  # lazy: transformers
 
-        from skillduet_plugin.warmstart.loss import episode_gradient
+        from skillduet_plugin.warmstart.loss import episode_gradient  # lazy: imports torch
 
         torch.set_num_threads(threads)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -121,7 +121,7 @@ class ClonePool:
 
     def gradients(self, flat_params: Any, indices: Sequence[int], count: int) -> list[tuple[float, Any]]:
         """``[(nll, grad)]`` of ``episodes[i]`` for ``i`` in ``indices`` (in that order), at ``flat_params``."""
-        import torch
+        import torch  # lazy: torch
 
         if flat_params.numel() != self.size:
             raise ValueError(f"the model has {flat_params.numel()} parameters but the workers loaded {self.size}")

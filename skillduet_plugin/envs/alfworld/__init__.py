@@ -10,7 +10,7 @@ from skillduet_plugin.envs.alfworld.tasks import SCOPES, SPLITS, TASK_TYPES, dis
 def __getattr__(name: str):
     # The generator pulls in alfworld's planner helpers; import it only when asked for.
     if name in ("generate_games", "ensure_default_data", "default_data_root"):
-        from skillduet_plugin.envs.alfworld import generator
+        from skillduet_plugin.envs.alfworld import generator  # lazy: alfworld
 
         return getattr(generator, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
+import fast_downward
+
 _LOCK = threading.RLock()
 MAX_CACHED_GAMES = 128
 
@@ -74,10 +76,9 @@ def _memoised_engine_parsing(*, planning: bool) -> Iterator[None]:
     is answered with the plain translation of the same problem: it is never searched during play, and this
     halves the cost of a first reset.
     """
-    import fast_downward
-    import textworld.envs.pddl.logic as pddl_logic
-    import textworld.envs.pddl.textgen as textgen
-    import textworld.logic as tw_logic
+    import textworld.envs.pddl.logic as pddl_logic  # lazy: textworld
+    import textworld.envs.pddl.textgen as textgen  # lazy: textworld
+    import textworld.logic as tw_logic  # lazy: textworld
 
     real = (pddl_logic.GameLogic, fast_downward.pddl2sas, textgen._parse_and_convert, tw_logic._parse_and_convert)
     real_logic, real_pddl2sas = real[0], real[1]
@@ -109,8 +110,8 @@ def import_engine() -> tuple[Any, Any, Any]:
     """
     before = os.environ.get("ALFWORLD_DATA")
     try:
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-        from textworld.envs.pddl import PddlEnv
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos  # lazy: alfworld
+        from textworld.envs.pddl import PddlEnv  # lazy: textworld
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError("the ALFWorld env needs `pip install alfworld==0.4.2` (textworld[pddl], "
                           f"fast-downward-textworld): {exc}") from exc
@@ -133,7 +134,7 @@ def user_alfworld_data() -> str | None:
 
 def request_infos(*, policy_commands: bool = False):
     """The ``EnvInfos`` the adapter asks for: win flag, score and admissible commands (planner only if asked)."""
-    import textworld
+    import textworld  # lazy: textworld
 
     return textworld.EnvInfos(won=True, admissible_commands=True, score=True, policy_commands=policy_commands,
                               extras=["gamefile"])

@@ -14,14 +14,10 @@ from typing import Any
 
 from skillduet_plugin.envs.alfworld import expert, prompts
 from skillduet_plugin.envs.alfworld.engine import EngineSession, user_alfworld_data
-from skillduet_plugin.envs.alfworld.tasks import (
-    GAME_FILE,
-    SCOPES,
-    discover_tasks,
-    resolve_layout_root,
-    select_tasks,
-    task_type_of,
-)
+from skillduet_plugin.envs.alfworld.expert import searching_expert
+from skillduet_plugin.envs.alfworld.generator import ensure_default_data, generator_identity
+from skillduet_plugin.envs.alfworld.tasks import (GAME_FILE, SCOPES, discover_tasks, resolve_layout_root, select_tasks,
+                                                  task_type_of)
 from skillduet_plugin.envs.base import TextEnv
 from skillduet_plugin.envs.registry import register_env
 
@@ -81,7 +77,6 @@ class AlfworldEnv(TextEnv):
         """A fresh searching expert (``envs.alfworld.expert``) for one episode of ``task_id`` (receptacle classes
         ``first`` searched first), or None for task variants it does not play (sliced objects, movable
         receptacles): use :meth:`walkthrough` then."""
-        from skillduet_plugin.envs.alfworld.expert import searching_expert
 
         return searching_expert(task_id, seed, first)
 
@@ -141,7 +136,6 @@ def default_data_identity() -> dict[str, Any]:
     user = user_alfworld_data()
     if user is not None:
         return {"data_dir": str(user)}
-    from skillduet_plugin.envs.alfworld.generator import generator_identity
 
     return {"generated": generator_identity()}
 
@@ -162,7 +156,6 @@ def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train
         raise TypeError(f"make_alfworld got unknown keyword(s) {', '.join(sorted(unused))}: "
                         "accepted are data_dir, split, max_steps, tasks, max_tasks, task_types")
     if data_dir is None and user_alfworld_data() is None:
-        from skillduet_plugin.envs.alfworld.generator import ensure_default_data
 
         data_dir = ensure_default_data(split)
     elif data_dir is None:

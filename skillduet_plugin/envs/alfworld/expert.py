@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from skillduet_plugin.envs.alfworld.engine import import_engine
 from skillduet_plugin.envs.alfworld.tasks import TASK_TYPES
 
 # Scope -> (verb, appliance classes) of the processing step (some bathrooms have a bathtub basin, no sink).
@@ -70,10 +71,9 @@ def _class_of(name: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _plausible_holders(obj: str) -> frozenset[str]:
     """Receptacle classes (lower case) that ALFWorld lets hold objects of class ``obj``."""
-    from skillduet_plugin.envs.alfworld.engine import import_engine
 
     import_engine()
-    from alfworld.gen import constants
+    from alfworld.gen import constants  # lazy: alfworld
 
     return frozenset(r.lower() for r, objs in constants.VAL_RECEPTACLE_OBJECTS.items()
                      if obj in {o.lower() for o in objs})

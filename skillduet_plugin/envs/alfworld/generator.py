@@ -13,19 +13,13 @@ import json
 import os
 import random
 import shutil
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from skillduet_plugin.core.artefacts import building, code_digest, digest_key, read_marker
 from skillduet_plugin.envs.alfworld.engine import EngineSession, import_engine
-from skillduet_plugin.envs.alfworld.rooms import (
-    APPLIANCE,
-    DISTRACTORS,
-    LAMP,
-    LAMP_HOLDERS,
-    RECEPTACLES,
-    TARGETS,
-    Room,
-    can_contain,
-)
+from skillduet_plugin.envs.alfworld.rooms import (APPLIANCE, DISTRACTORS, LAMP, LAMP_HOLDERS, RECEPTACLES, TARGETS,
+                                                  Room, can_contain)
 from skillduet_plugin.envs.alfworld.tasks import GAME_FILE, LAYOUT_DIR, LONG_TASK_TYPES, SCOPES
 
 DEFAULT_N_PER_TYPE: dict[str, int] = {"train": 8, "valid_seen": 4, "valid_unseen": 4, "valid_train": 4}
@@ -72,9 +66,9 @@ def _sample_room(rng: random.Random, scope: str) -> tuple[Room, dict[str, str]] 
 def _goal_and_grammar(scope: str, params: dict, seed_text: str) -> tuple[str, str, str]:
     """(goal PDDL, grammar with the task sentence, PDDL domain) from ALFWorld's own library files."""
     import_engine()
-    from alfworld.agents.utils.misc import add_task_to_grammar
-    from alfworld.gen import goal_library
-    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+    from alfworld.agents.utils.misc import add_task_to_grammar  # lazy: alfworld
+    from alfworld.gen import goal_library  # lazy: alfworld
+    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH  # lazy: alfworld
 
     long_type = LONG_TASK_TYPES[scope]
     goal = goal_library.gdict[long_type]["pddl"].format(
@@ -180,9 +174,6 @@ GENERATOR_CODE = ("skillduet_plugin.envs.alfworld.generator", "skillduet_plugin.
 
 def generator_identity() -> dict[str, str]:
     """The code and engine versions generated games depend on (with the split, count and seed, their key)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from skillduet_plugin.core.artefacts import code_digest
 
     versions = {}
     for package in ("textworld", "alfworld"):
@@ -196,7 +187,6 @@ def generator_identity() -> dict[str, str]:
 def default_data_root(n_per_type: int | None = None, seed: int = 0) -> Path:
     """Where ``ensure_default_data`` keeps generated games: one folder per setting and generator version (so
     processes running different code never share, nor replace, each other's games)."""
-    from skillduet_plugin.core.artefacts import digest_key
 
     version = digest_key(generator_identity(), 12)
     if n_per_type is None and seed == 0:
@@ -211,7 +201,6 @@ def ensure_default_data(split: str = "train", n_per_type: int | None = None, see
     fsynced and renamed into place (``artefacts.building``): a generation killed midway is never used, and
     concurrent callers never see a half-written split.
     """
-    from skillduet_plugin.core.artefacts import building, read_marker
 
     root = default_data_root(n_per_type, seed)
     split_dir = root / LAYOUT_DIR / split

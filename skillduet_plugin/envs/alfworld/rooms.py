@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from skillduet_plugin.envs.alfworld.engine import import_engine
+
 # Receptacle class -> (openable, largest instance count in a generated room).
 RECEPTACLES: dict[str, tuple[bool, int]] = {
     "CounterTop": (False, 2), "Drawer": (True, 3), "Cabinet": (True, 3), "Fridge": (True, 1),
@@ -42,10 +44,9 @@ APPLIANCE = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
 
 
 def _constants():
-    from skillduet_plugin.envs.alfworld.engine import import_engine
 
     import_engine()  # imports alfworld without leaking its ALFWORLD_DATA side effect
-    from alfworld.gen import constants
+    from alfworld.gen import constants  # lazy: alfworld
 
     return constants
 

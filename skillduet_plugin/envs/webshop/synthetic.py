@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from skillduet_plugin.core.artefacts import building, code_digest, read_marker
 from skillduet_plugin.envs.webshop.synthetic_types import OPTION_NAMES, OPTION_POOLS, PRODUCT_TYPES
 
 GENERATOR_VERSION = 1  # bump on any change to the generated data: it names the cache folder
@@ -219,7 +220,6 @@ def write_catalogue(directory: str | Path, products: list[dict[str, Any]],
 
 def catalogue_identity() -> dict[str, Any]:
     """The generator's version and code digest (with the size and seed, a generated catalogue's key)."""
-    from skillduet_plugin.core.artefacts import code_digest
 
     return {"version": GENERATOR_VERSION, "code": code_digest("skillduet_plugin.envs.webshop.synthetic",
                                                               "skillduet_plugin.envs.webshop.synthetic_types")}
@@ -229,7 +229,6 @@ def ensure_default_data(num_products: int = 1000, seed: int = 0, cache_dir: str 
     """The directory of the default synthetic catalogue, generated on first use: complete or absent
     (``artefacts.building``: written beside it, verified by its files' sha256, fsynced, renamed into place), so
     a generation killed midway is regenerated, never read."""
-    from skillduet_plugin.core.artefacts import building, read_marker
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     identity = catalogue_identity()

@@ -7,14 +7,15 @@ names are in the default build, so that a two-layer model can match an instructi
 
 from __future__ import annotations
 
+from skillduet_plugin.envs.webshop.catalogue import ATTRIBUTE_FILES, PRODUCT_FILES, find_file, load_catalogue
+from skillduet_plugin.envs.webshop.synthetic import ensure_default_data
+
 VOCAB_SIZE = 2048
 TRAIN_START = 1500  # the first training goal (envs.webshop.env.SPLITS)
 
 
 def corpus_lines() -> list[str]:
     """Training instructions, then each product's title and option clicks, of the default synthetic catalogue."""
-    from skillduet_plugin.envs.webshop.catalogue import ATTRIBUTE_FILES, PRODUCT_FILES, find_file, load_catalogue
-    from skillduet_plugin.envs.webshop.synthetic import ensure_default_data
 
     folder = ensure_default_data()
     catalogue = load_catalogue(find_file(folder, PRODUCT_FILES, "product file"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from datasets import Dataset
+
 
 def task_dataset(env: Any = None, task_ids: Sequence[str] | None = None, *, repeat: int = 1):
     """A ``datasets.Dataset`` with one row per task: ``prompt`` (placeholder messages), ``task_id``, ``scope``.
@@ -22,7 +24,6 @@ def task_dataset(env: Any = None, task_ids: Sequence[str] | None = None, *, repe
     The scope column is informative (``"unknown"`` when the environment cannot tell it before ``reset``); the
     rollout uses the scope the environment reports at reset.
     """
-    from datasets import Dataset
 
     if task_ids is None:
         if env is None:

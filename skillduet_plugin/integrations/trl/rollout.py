@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from trl.models.utils import unwrap_model_for_generation
+from vllm import SamplingParams
 
 from skillduet_plugin.rollout.choice import hf_choice_fn
 from skillduet_plugin.rollout.collector import Episode, GenerateFn, Generation, hf_generate_fn, run_episodes
@@ -22,7 +24,6 @@ from skillduet_plugin.rollout.collector import Episode, GenerateFn, Generation, 
 
 def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
     """Run one episode per task id with the trainer's current weights."""
-    from trl.models.utils import unwrap_model_for_generation
 
     args = trainer.args
     with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
@@ -62,7 +63,6 @@ def vllm_generate_fn(trainer: Any, *, temperature: float, top_p: float) -> Gener
         raise NotImplementedError("the SkillDuet rollout drives vLLM in colocate mode only: its episodes are "
                                   "multi-turn, generated turn by turn in the trainer process (use "
                                   "vllm_mode='colocate')")
-    from vllm import SamplingParams
 
     args, llm = trainer.args, trainer.vllm_generation.llm
     eos = trainer.chat.eos_token_id

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+from trl.models.utils import disable_gradient_checkpointing
 
 from skillduet_plugin.core.logprobs import response_logprobs
 
@@ -41,7 +42,6 @@ def lean_teacher_logps(trainer: Any, model: Any, prompt_ids: torch.Tensor, promp
                        needed: torch.Tensor | None = None) -> torch.Tensor:
     """``(batch, completion_len)`` float32 teacher log-probs of the rows ``idx``; other rows, and positions after a
     row's last ``needed`` one, stay 0."""
-    from trl.models.utils import disable_gradient_checkpointing
 
     out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
     if idx.numel() == 0:
@@ -62,7 +62,6 @@ def lean_teacher_logps(trainer: Any, model: Any, prompt_ids: torch.Tensor, promp
 def trl_teacher_logps(trainer: Any, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                       completion_ids: torch.Tensor, completion_mask: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """The same through TRL's ``_get_per_token_logps_and_entropies`` on the (wrapped) ``model``."""
-    from trl.models.utils import disable_gradient_checkpointing
 
     out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
     if idx.numel() == 0:

@@ -21,19 +21,29 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from accelerate.utils import broadcast_object_list
+from accelerate.utils import gather_object
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 
+from skillduet_plugin import envs
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import response_logprobs
 from skillduet_plugin.core.opd import opd_denominator, opd_loss, opd_numerator, opd_per_token
-from skillduet_plugin.integrations.trl.callback import SkillDuetCallback, SNAPSHOT_DIRNAME
+from skillduet_plugin.envs.pool import EnvPool
+from skillduet_plugin.integrations.trl.callback import SNAPSHOT_DIRNAME, SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
-from skillduet_plugin.integrations.trl.teacher import left_pad, lean_teacher_logps, trl_teacher_logps
+from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
+from skillduet_plugin.integrations.trl.vllm_sync import install_cpu_weight_sync
 from skillduet_plugin.rollout.collector import to_trajectory
-from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.skills.bank import BANK_FILENAME
+from skillduet_plugin.skills.lifecycle import SkillLifecycle
 from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
+from skillduet_plugin.skills.teacher_scoring import paid_logprobs
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
 
 
@@ -74,7 +84,6 @@ class SkillDuetMixin:
         if reward_funcs is None:
             reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
         if train_dataset is None:
-            from skillduet_plugin import envs
 
             with envs.make(args.env_name, split="train", **args.env_kwargs) as env:
                 train_dataset = task_dataset(env)
@@ -82,12 +91,9 @@ class SkillDuetMixin:
                          rollout_func=self._skillduet_rollout, **kwargs)
         self.chat = ChatTokenizer(self._tokenizer, args.chat_template_kwargs)
         if self.use_vllm:
-            from skillduet_plugin.integrations.trl.vllm_sync import install_cpu_weight_sync
 
             install_cpu_weight_sync(self.vllm_generation)
         if lifecycle is None and not self.skillduet.is_plain_grpo:
-            from skillduet_plugin.skills.bank import BANK_FILENAME
-            from skillduet_plugin.skills.lifecycle import SkillLifecycle
 
             lifecycle = SkillLifecycle(self.skillduet, Path(args.skill_bank_dir) / BANK_FILENAME,
                                        tokenizer=self._tokenizer, analyzer=analyzer, synthesizer=synthesizer,
@@ -104,7 +110,6 @@ class SkillDuetMixin:
     @property
     def env_pool(self) -> Any:
         if self._env_pool is None:
-            from skillduet_plugin.envs.pool import EnvPool
 
             self._env_pool = EnvPool(self.args.env_name, num_workers=self.args.env_workers,
                                      env_kwargs=self.args.env_kwargs)
@@ -219,7 +224,6 @@ class SkillDuetMixin:
 
     def _extract(self, trajs: list[Trajectory], step: int) -> ExtractionResult:
         """Local skills for the whole step's trajectories: extracted on the main process, shared with all."""
-        from accelerate.utils import broadcast_object_list, gather_object
 
         everyone = gather_object(trajs) if self.accelerator.num_processes > 1 else trajs
         self._step_trajectories = everyone
@@ -241,7 +245,6 @@ class SkillDuetMixin:
         model.eval()
         try:
             if self.skillduet.scores_from_teacher_pass:  # the rest comes from TRL's loss forwards
-                from skillduet_plugin.skills.teacher_scoring import paid_logprobs
 
                 plan = self.lifecycle.plan_scores(skills, self._step_trajectories, assignment)
                 paid = paid_logprobs(plan, self._step_trajectories, self._logprob_fn())
@@ -255,14 +258,11 @@ class SkillDuetMixin:
         """Score the pending plans from the captured rows (all processes' rows gathered to the main one)."""
         if not self.skillduet.scores_from_teacher_pass:
             return
-        gather = None
-        if self.accelerator.num_processes > 1:
-            from accelerate.utils import gather_object as gather
+        gather = gather_object if self.accelerator.num_processes > 1 else None
         self._deferred.finish(self.lifecycle, gather)
 
     def _logprob_fn(self):
         """``logprob_fn(contexts, responses)`` on the unwrapped policy, no grad, temperature-scaled like TRL."""
-        from trl.models.utils import disable_gradient_checkpointing
 
         model = self.accelerator.unwrap_model(self.model)
         if hasattr(model, "get_base_model"):
@@ -398,7 +398,6 @@ class SkillDuetMixin:
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         checkpoint = resume_from_checkpoint
         if checkpoint is True:
-            from transformers.trainer_utils import get_last_checkpoint
 
             checkpoint = get_last_checkpoint(self.args.output_dir)
         if checkpoint:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from vllm.platforms import current_platform
+
 
 def install_cpu_weight_sync(vllm_generation: Any) -> bool:
     """Replace ``vllm_generation.sync_weights`` by the in-place reload when vLLM runs on CPU in colocate mode;
     returns whether it did (GPU platforms keep TRL's own sync)."""
-    from vllm.platforms import current_platform
 
     if getattr(vllm_generation, "mode", None) != "colocate" or not current_platform.is_cpu():
         return False

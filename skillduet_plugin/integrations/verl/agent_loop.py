@@ -19,11 +19,12 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.core.registry import resolve_target
+from skillduet_plugin.envs import make
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, EXTRA_KEY
 from skillduet_plugin.integrations.verl.settings import EnvSettings, settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import client_for
-from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.core.registry import resolve_target
 from skillduet_plugin.rollout.engine import Episode, EpisodeEngine, Generation, StudentFn, episode_record
 from skillduet_plugin.skills.inject import global_messages
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
@@ -49,7 +50,6 @@ class _EnvCache:
             factory = resolve_target(env.factory, "skillduet.env.factory")
             instance = factory(data_dir=env.data_dir, split=split, **env.env_kwargs)
         else:
-            from skillduet_plugin.envs import make
 
             instance = make(env.name, data_dir=env.data_dir, split=split, **env.env_kwargs)
         return key, instance

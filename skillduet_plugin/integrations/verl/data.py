@@ -14,6 +14,7 @@ import os
 from typing import Any, Sequence
 
 from skillduet_plugin.core.registry import resolve_target
+from skillduet_plugin.envs import make
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME
 
 
@@ -37,7 +38,6 @@ def env_tasks(env_name: str, split: str, data_dir: str | None = None, factory: s
     if factory:
         env = resolve_target(factory, "skillduet.env.factory")(data_dir=data_dir, split=split, **env_kwargs)
     else:
-        from skillduet_plugin.envs import make
 
         env = make(env_name, data_dir=data_dir, split=split, **env_kwargs)
     try:
@@ -47,7 +47,7 @@ def env_tasks(env_name: str, split: str, data_dir: str | None = None, factory: s
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str) -> str:
-    import pandas as pd
+    import pandas as pd  # lazy: imports numpy
 
     if not rows:
         raise ValueError(f"no tasks to write to {path}: the split is empty")

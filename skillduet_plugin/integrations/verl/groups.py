@@ -19,6 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from skillduet_plugin.skills.extract import merge_extractions
+from skillduet_plugin.skills.teacher_plan import plan_teacher
+
 logger = logging.getLogger(__name__)
 
 
@@ -123,9 +126,8 @@ def start_groups(task_ids: Sequence[str], keys: Sequence[str], data: Any, *, lif
     ``data``: the groups' TransferQueue fields ``prompts``, ``responses``, ``response_mask``, ``extra_fields``
     (rows in ``keys`` order).
     """
-    from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list, skillduet_record,
-                                                          tensor_rows)
-    from skillduet_plugin.skills.teacher_plan import plan_teacher
+    from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list,  # lazy: imports torch
+                                                          skillduet_record, tensor_rows)
 
     prompts, responses = tensor_rows(data["prompts"]), tensor_rows(data["responses"])
     masks = tensor_rows(data["response_mask"])
@@ -177,7 +179,6 @@ def keys_by_task(trajectories: Sequence[Any]) -> dict[str, set[str]]:
 def extract_step(lifecycle: Any, trajectories: Sequence[Any], works: Sequence[GroupWork], step: int) -> Any:
     """The step's Local skills: the parts of ``works`` (task groups analysed during the rollout), the rest of
     ``trajectories`` analysed now, merged and recorded once; without works, one ``lifecycle.extract``."""
-    from skillduet_plugin.skills.extract import merge_extractions
 
     if not works:
         return lifecycle.extract(list(trajectories), step)

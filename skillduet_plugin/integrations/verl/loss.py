@@ -35,7 +35,7 @@ OPD_MASK_KEY = "skillduet_opd_mask"
 
 def _metric_aggregation(data: Any, config: Any):
     """SUM when the loss is normalised over the global batch (as verl's ``ppo_loss`` decides), else MEAN."""
-    from verl.utils.metric import AggregationType
+    from verl.utils.metric import AggregationType  # lazy: imports transformers
 
     if (data["dp_size"] > 1 or data["batch_num_tokens"] is not None or data["global_batch_size"] is not None
             or config.loss_scale_factor is not None):
@@ -69,9 +69,9 @@ def skillduet_ppo_loss(config: Any, model_output: dict, data: Any, dp_group: Any
     Returns:
         ``(loss, metrics)``: verl's metrics plus ``skillduet/opd_loss`` and the gate statistics.
     """
-    from verl.utils.metric import AggregationType, Metric
-    from verl.workers.utils.losses import ppo_loss
-    from verl.workers.utils.padding import no_padding_2_padding
+    from verl.utils.metric import AggregationType, Metric  # lazy: imports transformers
+    from verl.workers.utils.losses import ppo_loss  # lazy: imports transformers
+    from verl.workers.utils.padding import no_padding_2_padding  # lazy: imports transformers
 
     policy_loss, metrics = ppo_loss(config, model_output, data, dp_group)
     if opd_coef == 0:
@@ -105,7 +105,7 @@ def _aggregate(per_token: torch.Tensor, weights: torch.Tensor, mask: torch.Tenso
     """The OPD term of one micro-batch: weighted ``token-mean`` over the global batch (see the module text),
     verl's ``agg_loss`` over the binary mask for the other modes; 0 (with a graph) for an empty micro-batch
     without global batch info."""
-    from verl.trainer.ppo.core_algos import agg_loss
+    from verl.trainer.ppo.core_algos import agg_loss  # lazy: imports transformers
 
     total, dp_size = data["batch_num_tokens"], data["dp_size"] or 1
     if config.loss_agg_mode == "token-mean":

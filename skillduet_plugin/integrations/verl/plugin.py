@@ -65,13 +65,13 @@ def _fix_trl_value_head() -> None:
     adapter's dependency). verl only needs the patch for TRL value-head models, which SkillDuet never builds;
     tell verl TRL is absent in that case."""
     module = sys.modules["verl.models.transformers.monkey_patch"]
-    try:
+    try:  # lazy: trl (probes which trl release is installed)
         from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
         return
     except ImportError:
         pass
-    try:
-        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+    try:  # lazy: trl (probes which trl release is installed)
+        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401,F811
         return
     except ImportError:
         module.is_trl_available = lambda: False

@@ -84,7 +84,7 @@ def _plain(section: Any) -> dict[str, Any]:
     if section is None:
         return {}
     try:
-        from omegaconf import DictConfig, OmegaConf
+        from omegaconf import DictConfig, OmegaConf  # lazy: omegaconf
 
         if isinstance(section, DictConfig):
             section = OmegaConf.to_container(section, resolve=True)

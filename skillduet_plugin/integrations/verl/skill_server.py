@@ -56,7 +56,7 @@ def global_from_dict(data: dict[str, Any] | None, scope: str) -> GlobalSkills:
 
 def create_server(name: str):
     """Create (or attach to) the named store actor; call from the trainer process, after ``ray.init``."""
-    import ray
+    import ray  # lazy: ray
 
     actor_cls = ray.remote(num_cpus=0)(GlobalSkillStore)
     return actor_cls.options(name=name, namespace=SERVER_NAMESPACE, get_if_exists=True).remote()
@@ -76,7 +76,7 @@ class GlobalSkillClient:
 
     def _actor(self):
         if self._handle is None:
-            import ray
+            import ray  # lazy: ray
 
             try:
                 self._handle = ray.get_actor(self.name, namespace=SERVER_NAMESPACE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+from tensordict import TensorDict
 
 from skillduet_plugin.integrations.verl.batch import nested
 
@@ -22,9 +23,8 @@ def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     Rows are repeated at the end until the count is a multiple of ``pad_to_multiple`` (the actor's data-parallel
     size); returns ``(tensordict, real_rows)``.
     """
-    from tensordict import TensorDict
 
-    from verl.utils import tensordict_utils as tu
+    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
 
     if len(contexts) != len(responses) or not contexts:
         raise ValueError(f"need as many contexts as responses (got {len(contexts)} and {len(responses)}), at least 1")

@@ -1,12 +1,12 @@
 """The ``skillduet_sync`` trainer: verl's synchronous V1 PPO trainer plus the SkillDuet step.
 
-Per step, on top of ``PPOTrainerSync``: after the old log-probs, the step's trajectories go to Local extraction
-and every trajectory with a Local skill gets teacher log-probs (same response tokens, skill-augmented prompt,
-current actor weights); after the advantages, the Local skills are scored on held-out trajectories (``heldout="teacher"``:
-from the teacher log-probs just computed and the old log-probs, plus budgeted extra rows only where a candidate
-has none); the actor
-trains with the SkillDuet engine loss (installed once at init); after the rollout weights are synced, the
-lifecycle consolidates every ``consolidation_interval`` steps and the new Globals are published cluster-wide.
+Per step, on top of ``PPOTrainerSync``: after the old log-probs, the step's trajectories go to Local extraction and
+every trajectory with a Local skill gets teacher log-probs (same response tokens, skill-augmented prompt, current
+actor weights); after the advantages, the Local skills are scored on held-out trajectories (``heldout="teacher"``:
+from the teacher log-probs just computed and the old log-probs, plus budgeted extra rows only where a candidate has
+none); the actor trains with the SkillDuet engine loss (installed once at init); after the rollout weights are
+synced, the lifecycle consolidates every ``consolidation_interval`` steps and the new Globals are published
+cluster-wide.
 The skill bank is checkpointed inside verl's ``global_step_<k>`` folders and restored on resume.
 
 ``skillduet.teacher_logprobs=rollout`` computes the teacher and extra scoring rows with prefill requests to the
@@ -25,27 +25,31 @@ import logging
 import os
 from typing import Any, ContextManager
 
+import ray
 import torch
+import transfer_queue as tq
 from tensordict import TensorDict
-
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.debug import marked_timer
 
+from skillduet_plugin.config import ConfigError
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.integrations.verl import TRAINER_NAME
 from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested, non_tensor_list, skillduet_record,
                                                       tensor_rows, trajectory_advantages)
-from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
-                                                     opd_token_weights)
-from skillduet_plugin.config import ConfigError
 from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_step, keys_by_task, prefetched_rows,
                                                        start_groups, terminal_uids, uid_of, watch_replay_buffer)
+from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn, opd_token_weights
 from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, gather_prefills, max_abs_diff,
                                                                 opd_loss_gap, server_response_logprobs, strength_gap)
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs
-from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
 from skillduet_plugin.integrations.verl.tracking import tracker_from_verl
+from skillduet_plugin.skills.lifecycle import SkillLifecycle
+from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
 from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
@@ -84,22 +88,18 @@ class SkillDuetTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ seams (overridden in tests)
     def _tq_get(self, batch: Any, fields: list[str]) -> TensorDict:
-        import transfer_queue as tq
 
         return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
 
     def _tq_put(self, batch: Any, fields: TensorDict) -> Any:
-        import transfer_queue as tq
 
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
 
     def _tq_get_keys(self, keys: list[str], fields: list[str]) -> TensorDict:
-        import transfer_queue as tq
 
         return tq.kv_batch_get(keys=keys, partition_id="train", select_fields=fields)
 
     def _make_lifecycle(self, bank_path: str) -> Any:
-        from skillduet_plugin.skills.lifecycle import SkillLifecycle
 
         template_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", None) or {})
         return SkillLifecycle(self.skillduet.method, bank_path, tokenizer=self.tokenizer,
@@ -110,7 +110,6 @@ class SkillDuetTrainer(PPOTrainerSync):
         timing = getattr(self, "timing_raw", None)
         if timing is None:
             return contextlib.nullcontext()
-        from verl.utils.debug import marked_timer
 
         return marked_timer(name, timing)
 
@@ -118,7 +117,6 @@ class SkillDuetTrainer(PPOTrainerSync):
     def _ensure_lifecycle(self) -> None:
         if self.lifecycle is not None:
             return
-        from skillduet_plugin.core.conversation import ChatTokenizer
 
         template_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", None) or {})
         self.chat = ChatTokenizer(self.tokenizer, template_kwargs)
@@ -147,7 +145,6 @@ class SkillDuetTrainer(PPOTrainerSync):
         super().on_init_end()  # rollout weights after a checkpoint load
         self._ensure_lifecycle()
         method = self.skillduet.method
-        from verl.utils.config import omega_conf_to_dataclass
 
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(make_loss_fn(actor_config, opd_coef=method.opd_coef,
@@ -375,7 +372,6 @@ class SkillDuetTrainer(PPOTrainerSync):
         self._send_globals(globals_by_scope)
 
     def _send_globals(self, globals_by_scope: dict) -> None:
-        import ray
 
         ray.get(self.global_server.publish.remote(globals_by_scope, int(self.global_steps)))
 

@@ -23,6 +23,7 @@ from skillduet_plugin.core.settings import (ConfigError, check, check_keys, chec
                                             render_text, setting, validate_fields)
 from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs.env_defaults import TINY_TASK_TYPES, run_defaults
+from skillduet_plugin.runs.overrides import key_paths, merge, parse_overrides, set_path
 from skillduet_plugin.warmstart import EXPERTS
 from skillduet_plugin.warmstart.tiny_model import SIZES as TINY_SIZES
 
@@ -290,66 +291,6 @@ def tiny_size(model: str) -> str:
     return model.split(":", 1)[1] if ":" in model else "tiny"
 
 
-# ---------------------------------------------------------------------- YAML + overrides
-def parse_value(text: str) -> Any:
-    """A command-line value as YAML reads it: ``3`` -> 3, ``0.25`` -> 0.25, ``true`` -> True, ``null`` -> None,
-    ``[a, b]`` -> list; anything else stays a string."""
-
-    try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return text
-
-
-def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:
-    """``["skillduet.keep_ratio=0.25", "env=webshop"]`` -> ``[(["skillduet", "keep_ratio"], 0.25), ...]``."""
-    parsed = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"override {item!r} is invalid: expected key=value, e.g. steps=12 or "
-                              f"skillduet.keep_ratio=0.25")
-        path = key.split(".")
-        if any(not part for part in path):
-            raise ConfigError(f"override {item!r} is invalid: empty part in the dotted key {key!r}")
-        parsed.append((path, parse_value(value)))
-    return parsed
-
-
-def _set_path(data: dict[str, Any], path: list[str], value: Any, where: str) -> None:
-    node = data
-    for i, part in enumerate(path[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{where}: {'.'.join(path[:i + 1])} is not a section, it cannot hold "
-                              f"{'.'.join(path[i + 1:])}")
-        node = child
-    node[path[-1]] = value
-
-
-def _key_paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
-    """The leaf key paths a (nested) mapping sets: ``{"a": {"b": 1}, "c": 2}`` -> ``{("a", "b"), ("c",)}``."""
-    paths: set[tuple[str, ...]] = set()
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            paths |= _key_paths(value, prefix + (str(key),))
-        else:
-            paths.add(prefix + (str(key),))
-    return paths
-
-
-def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = copy.deepcopy(value)
-    return base
-
-
 def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
                     output_dir: str | None = None, *, check_machine: bool = True) -> RunConfig:
     """Defaults (the CPU demo) <- the YAML file <- ``key=value`` overrides <- ``--output-dir``.
@@ -365,22 +306,22 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
     explicit: set[tuple[str, ...]] = set()
     if path is not None:
         loaded = read_yaml(path, "run settings")
-        explicit |= _key_paths(loaded)
+        explicit |= key_paths(loaded)
         if isinstance(loaded.get("skillduet"), Mapping):
             # A file's method section starts from the paper defaults (its preset), not from the demo's
             # shortened schedule: a GPU recipe must not inherit consolidation every 3 steps by accident.
             data["skillduet"] = {}
-        _merge(data, loaded)
+        merge(data, loaded)
     for key_path, value in parse_overrides(list(overrides or [])):
         check_keys("", {key_path[0]: value}, data)
-        _set_path(data, key_path, value, f"override {'.'.join(key_path)}")
+        set_path(data, key_path, value, f"override {'.'.join(key_path)}")
         explicit.add(tuple(key_path))
     env = data.get("env")
     if env in env_names():
         for dotted, value in run_defaults(env).items():
             key_path = tuple(dotted.split("."))
             if not any(key_path[:len(e)] == e for e in explicit):
-                _set_path(data, list(key_path), value, "env run default")
+                set_path(data, list(key_path), value, "env run default")
     if output_dir is not None:
         data["output_dir"] = output_dir
     config = RunConfig.from_dict(data)

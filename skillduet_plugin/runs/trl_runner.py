@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -194,14 +195,7 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
     continued from its last checkpoint (model, optimizer, RNG, and the skill bank of that step)."""
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
-
-    checkpoint = resume_point(resume) if resume is not None else None
-    if checkpoint is not None:
-        run = RunDir.open(resume)
-        _keep_metrics_until(run.metrics, int(checkpoint.name.split("-")[-1]))
-    else:
-        run = RunDir.create(config.output_dir, config.name)
-        dump_yaml(config.resolved_dict(), run.config)
+    run, checkpoint = _open_run(config, resume)
     log_file = run.log.open("a")
 
     def say(msg: str) -> None:
@@ -212,78 +206,121 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
 
     t_start = time.time()
     threads = set_threads(config)  # before the warm start: its key names the count, and it must not stall either
-    writer = MetricsWriter(run.metrics)
     timings: dict[str, float] = {}
     try:
         torch.manual_seed(config.seed)
         say(f"run directory {run.root} ({threads} torch thread{'s' if threads > 1 else ''})")
         t0 = time.time()
         base = resolve_model(config.model, seed=config.seed, env=config.env)
-        model_dir = base
-        warm_info = None
-        if config.warm_start_enabled:
-            model_dir, warm_info = _warm_start(config, base, say)
+        model_dir, warm_info = _warm_start(config, base, say) if config.warm_start_enabled else (base, None)
         timings["time/warm_start_s"] = time.time() - t0
 
         model, tokenizer = load_model(model_dir, config)
         t0 = time.time()
-        tasks_panel = panel(config)
-        train_ids = train_tasks(config)
-        say(f"{config.env}: {len(train_ids)} training tasks ({config.train_split}), panel of {len(tasks_panel)} "
+        tasks = _Tasks.of(config)
+        say(f"{config.env}: {len(tasks.train)} training tasks ({config.train_split}), panel of {len(tasks.panel)} "
             f"({config.panel}); method {config.method}")
-        before = _before(run, "before", checkpoint is not None, config.eval_before,
-                         lambda: measure(model, tokenizer, config, tasks_panel, run, label="before",
-                                         conditions=("none",), log=say))
-        train_eval_ids = training_eval_tasks(config, train_ids)
-        before_train = _before(run, "before_train", checkpoint is not None,
-                               config.eval_before and bool(train_eval_ids),
-                               lambda: measure(model, tokenizer, config, train_eval_ids, run, label="before_train",
-                                               conditions=("none",), log=_tagged(say, "training tasks"),
-                                               split=config.train_split))
+        before = _measure(model, tokenizer, config, tasks, run, say, "before", resuming=checkpoint is not None)
         timings["time/eval_before_s"] = time.time() - t0
 
         t0 = time.time()
-        trainer = _trainer(config, run, model, tokenizer, train_ids)
-        recorder = RunRecorder(trainer, writer, config, say)
-        trainer.add_callback(recorder)
-        if checkpoint is not None:
-            say(f"resuming from {checkpoint} (model, optimizer, RNG and the skill bank of that step)")
-        with _quiet_trainer_progress(trainer):
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
-        recorder.close()
+        trainer = _train(config, run, model, tokenizer, tasks.train, checkpoint, say)
         timings["time/train_s"] = time.time() - t0
         trainer.save_model(str(run.final_model))
         tokenizer.save_pretrained(str(run.final_model))
 
         t0 = time.time()
-        after = None
+        after = (None, None)
         if config.eval_after:
             model = trainer.accelerator.unwrap_model(trainer.model)
-            conditions = ("none", "learned") if config.method_config().use_global else ("none",)
-            after = measure(model, tokenizer, config, tasks_panel, run, label="after", conditions=conditions,
-                            log=say)
-        after_train = None
-        if config.eval_after and train_eval_ids:
-            after_train = measure(model, tokenizer, config, train_eval_ids, run, label="after_train",
-                                  conditions=("none",), log=_tagged(say, "training tasks"),
-                                  split=config.train_split)
+            after = _measure(model, tokenizer, config, tasks, run, say, "after")
         timings["time/eval_after_s"] = time.time() - t0
         timings["time/total_s"] = time.time() - t_start
-        summary = run_summary(before, after, warm_info, timings)
-        summary["panel"] = panel_summary(before, after, config, len(tasks_panel))
-        summary["training_tasks"] = training_summary(before_train, after_train, config, len(train_eval_ids))
-        writer.write({"event": "summary", **summary})
-        write_json(run.root / "summary.json", summary)
-
-        plot_run(run.root, tokenizer=tokenizer)
-
-        scored = not env_spec(config.env).per_type_report  # WebShop: the score too, as the paper reports both
-        say(summary_line(summary, scored))
-        if summary["training_tasks"]:
-            say(training_line(summary["training_tasks"], scored))
+        _summarise(config, run, tasks, before, after, warm_info, timings, tokenizer, say)
     finally:
         log_file.close()
     return run.root
+
+
+def _open_run(config: RunConfig, resume: str | os.PathLike | None) -> tuple[RunDir, Path | None]:
+    """The run directory (a new one, or the stopped run's with its metrics cut back to the checkpoint) and the
+    checkpoint to resume from (None for a fresh run)."""
+    checkpoint = resume_point(resume) if resume is not None else None
+    if checkpoint is not None:
+        run = RunDir.open(resume)
+        _keep_metrics_until(run.metrics, int(checkpoint.name.split("-")[-1]))
+    else:
+        run = RunDir.create(config.output_dir, config.name)
+        dump_yaml(config.resolved_dict(), run.config)
+    return run, checkpoint
+
+
+@dataclass(frozen=True)
+class _Tasks:
+    """The tasks of a run: the panel, the RL training tasks and those of them measured before and after."""
+
+    panel: list[str]
+    train: list[str]
+    train_eval: list[str]
+
+    @classmethod
+    def of(cls, config: RunConfig) -> "_Tasks":
+        panel_ids = panel(config)  # the panel's env first, then the training split's, as they are built in order
+        train = train_tasks(config)
+        return cls(panel_ids, train, training_eval_tasks(config, train))
+
+
+def _measure(model: Any, tokenizer: Any, config: RunConfig, tasks: _Tasks, run: RunDir, say: Callable[[str], None],
+             when: str, *, resuming: bool = False) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The panel and the measured training tasks, ``when`` = ``"before"`` RL (reused from a stopped run's files
+    when resuming) or ``"after"`` it (with the learned Global as a second panel condition when the method builds
+    one)."""
+    on_train = dict(log=_tagged(say, "training tasks"), split=config.train_split)
+    if when == "before":
+        wanted = config.eval_before
+        panel_result = _before(run, "before", resuming, wanted,
+                               lambda: measure(model, tokenizer, config, tasks.panel, run, label="before",
+                                               conditions=("none",), log=say))
+        train_result = _before(run, "before_train", resuming, wanted and bool(tasks.train_eval),
+                               lambda: measure(model, tokenizer, config, tasks.train_eval, run, label="before_train",
+                                               conditions=("none",), **on_train))
+        return panel_result, train_result
+    conditions = ("none", "learned") if config.method_config().use_global else ("none",)
+    panel_result = measure(model, tokenizer, config, tasks.panel, run, label="after", conditions=conditions, log=say)
+    train_result = None
+    if tasks.train_eval:
+        train_result = measure(model, tokenizer, config, tasks.train_eval, run, label="after_train",
+                               conditions=("none",), **on_train)
+    return panel_result, train_result
+
+
+def _train(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids: list[str],
+           checkpoint: Path | None, say: Callable[[str], None]) -> Any:
+    """The TRL trainer built and run (from ``checkpoint`` when resuming), its steps recorded in the run."""
+    trainer = _trainer(config, run, model, tokenizer, train_ids)
+    recorder = RunRecorder(trainer, MetricsWriter(run.metrics), config, say)
+    trainer.add_callback(recorder)
+    if checkpoint is not None:
+        say(f"resuming from {checkpoint} (model, optimizer, RNG and the skill bank of that step)")
+    with _quiet_trainer_progress(trainer):
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+    recorder.close()
+    return trainer
+
+
+def _summarise(config: RunConfig, run: RunDir, tasks: _Tasks, before: tuple, after: tuple, warm_info: Any,
+               timings: dict[str, float], tokenizer: Any, say: Callable[[str], None]) -> None:
+    """``summary.json`` (and its metrics event), the run's plots, and the printed result lines."""
+    summary = run_summary(before[0], after[0], warm_info, timings)
+    summary["panel"] = panel_summary(before[0], after[0], config, len(tasks.panel))
+    summary["training_tasks"] = training_summary(before[1], after[1], config, len(tasks.train_eval))
+    MetricsWriter(run.metrics).write({"event": "summary", **summary})
+    write_json(run.root / "summary.json", summary)
+    plot_run(run.root, tokenizer=tokenizer)
+    scored = not env_spec(config.env).per_type_report  # WebShop: the score too, as the paper reports both
+    say(summary_line(summary, scored))
+    if summary["training_tasks"]:
+        say(training_line(summary["training_tasks"], scored))
 
 
 def _before(run: RunDir, label: str, resuming: bool, wanted: bool,

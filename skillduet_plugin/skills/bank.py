@@ -19,41 +19,18 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from skillduet_plugin.core.selectors import score_names
 from skillduet_plugin.skills.bank_files import (SCHEMA, SCHEMA_VERSION, BankError, corrupt, migrate, refuse_newer,
-                                                row_scores, schema_problems, snapshots_under, stored_version,
-                                                validate_file)
-from skillduet_plugin.skills.sanitize import clean_text
+                                                schema_problems, snapshots_under, stored_version, validate_file)
+from skillduet_plugin.skills.bank_rows import (GlobalVersion, clean, is_corruption, row_to_skill, row_to_version,
+                                               step_window)
 from skillduet_plugin.skills.types import GlobalSkills, Skill
 
 __all__ = ["BANK_FILENAME", "SCHEMA_VERSION", "BankError", "GlobalVersion", "SkillBank"]
 
 BANK_FILENAME = "skill_bank.sqlite"
-
-
-@dataclass
-class GlobalVersion:
-    """One immutable Global version of a scope, with the consolidation report that produced it."""
-
-    scope: str
-    version: int
-    step: int
-    parent_version: int | None
-    items: list[str]
-    text: str
-    selector: str
-    report: dict[str, Any] = field(default_factory=dict)
-    created_at: float = 0.0
-
-    def as_global(self) -> GlobalSkills:
-        return GlobalSkills(scope=self.scope, version=self.version, text=self.text, items=list(self.items))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class SkillBank:
@@ -131,7 +108,7 @@ class SkillBank:
                     raise
                 conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
-                if _is_corruption(exc):
+                if is_corruption(exc):
                     raise corrupt(self.path, exc) from exc
                 raise
 
@@ -145,11 +122,11 @@ class SkillBank:
             except sqlite3.OperationalError as exc:
                 if self.readonly and "no such table" in str(exc):
                     return []  # the writer created the file but not yet the schema
-                if _is_corruption(exc):
+                if is_corruption(exc):
                     raise corrupt(self.path, exc) from exc
                 raise
             except sqlite3.DatabaseError as exc:
-                if _is_corruption(exc):
+                if is_corruption(exc):
                     raise corrupt(self.path, exc) from exc
                 raise
 
@@ -179,7 +156,7 @@ class SkillBank:
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO candidates (skill_id, scope, kind, text, step, source_traj_ids, "
                     "metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (_clean(s.skill_id), _clean(s.scope), _clean(s.kind), _clean(s.text),
+                    (clean(s.skill_id), clean(s.scope), clean(s.kind), clean(s.text),
                      int(step), json.dumps(list(s.source_traj_ids)),
                      json.dumps(s.metadata or {}, sort_keys=True, default=str), now))
                 added += cur.rowcount
@@ -207,11 +184,11 @@ class SkillBank:
     def candidates(self, *, scope: str | None = None, since_step: int | None = None,
                    until_step: int | None = None) -> list[Skill]:
         """Candidates (with cached scores in ``Skill.scores``) with ``since_step < step <= until_step``."""
-        sql, params = _step_window("SELECT * FROM candidates WHERE 1=1", since_step, until_step)
+        sql, params = step_window("SELECT * FROM candidates WHERE 1=1", since_step, until_step)
         if scope is not None:
             sql += " AND scope = ?"
             params.append(scope)
-        return [_row_to_skill(r) for r in self._query(sql + " ORDER BY step, id", params)]
+        return [row_to_skill(r) for r in self._query(sql + " ORDER BY step, id", params)]
 
     def last_consolidation_step(self, before_or_at: int | None = None) -> int | None:
         """Step of the latest consolidation (at or before ``before_or_at``), None if there was none."""
@@ -227,7 +204,7 @@ class SkillBank:
         return self.candidates(scope=scope, since_step=last, until_step=until_step)
 
     def candidate_scopes(self, *, since_step: int | None = None, until_step: int | None = None) -> list[str]:
-        sql, params = _step_window("SELECT DISTINCT scope FROM candidates WHERE 1=1", since_step, until_step)
+        sql, params = step_window("SELECT DISTINCT scope FROM candidates WHERE 1=1", since_step, until_step)
         return [r["scope"] for r in self._query(sql + " ORDER BY scope", params)]
 
     # ------------------------------------------------------------------ Global versions
@@ -245,8 +222,8 @@ class SkillBank:
                                    (v["scope"],)).fetchone()
                 parent = row["v"] if row and row["v"] is not None else None
                 gv = GlobalVersion(scope=v["scope"], version=(parent or 0) + 1, step=int(step),
-                                   parent_version=parent, items=[_clean(i) for i in v["items"]],
-                                   text=_clean(v["text"]),
+                                   parent_version=parent, items=[clean(i) for i in v["items"]],
+                                   text=clean(v["text"]),
                                    selector=v["selector"], report=dict(v.get("report") or {}), created_at=now)
                 if "version" in gv.report:  # a consolidation report records the version it became
                     gv.report["version"] = gv.version
@@ -263,17 +240,17 @@ class SkillBank:
     def current_global(self, scope: str) -> GlobalSkills:
         """The latest Global of ``scope`` (version None and empty text before its first consolidation)."""
         rows = self._query("SELECT * FROM global_versions WHERE scope = ? ORDER BY version DESC LIMIT 1", (scope,))
-        return _row_to_version(rows[0]).as_global() if rows else GlobalSkills(scope=scope, version=None, text="")
+        return row_to_version(rows[0]).as_global() if rows else GlobalSkills(scope=scope, version=None, text="")
 
     def global_at(self, scope: str, step: int) -> GlobalSkills:
         """The Global of ``scope`` in force after step ``step`` (the latest version made at or before it)."""
         rows = self._query("SELECT * FROM global_versions WHERE scope = ? AND step <= ? ORDER BY version DESC "
                            "LIMIT 1", (scope, int(step)))
-        return _row_to_version(rows[0]).as_global() if rows else GlobalSkills(scope=scope, version=None, text="")
+        return row_to_version(rows[0]).as_global() if rows else GlobalSkills(scope=scope, version=None, text="")
 
     def global_version(self, scope: str, version: int) -> GlobalVersion | None:
         rows = self._query("SELECT * FROM global_versions WHERE scope = ? AND version = ?", (scope, int(version)))
-        return _row_to_version(rows[0]) if rows else None
+        return row_to_version(rows[0]) if rows else None
 
     def history(self, scope: str | None = None) -> list[GlobalVersion]:
         """Every Global version (of ``scope``), oldest first."""
@@ -281,7 +258,7 @@ class SkillBank:
             rows = self._query("SELECT * FROM global_versions ORDER BY step, scope, version")
         else:
             rows = self._query("SELECT * FROM global_versions WHERE scope = ? ORDER BY version", (scope,))
-        return [_row_to_version(r) for r in rows]
+        return [row_to_version(r) for r in rows]
 
     def scopes(self) -> list[str]:
         """Scopes that have a Global or a candidate."""
@@ -376,44 +353,3 @@ class SkillBank:
             conn.execute("DELETE FROM candidates WHERE step > ?", (int(step),))
             conn.execute("DELETE FROM global_versions WHERE step > ?", (int(step),))
             conn.execute("DELETE FROM consolidations WHERE step > ?", (int(step),))
-
-
-def _clean(text: Any) -> str:
-    # hygiene only (valid UTF-8, no control/bidi characters); word wrapping is the skill sanitiser's policy
-    return clean_text(text, wrap=False)
-
-
-def _is_corruption(exc: BaseException) -> bool:
-    msg = str(exc).lower()
-    return any(k in msg for k in ("malformed", "not a database", "corrupt", "disk i/o"))
-
-
-def _loads(text: str | None, default: Any) -> Any:
-    return json.loads(text) if text else default
-
-
-def _step_window(sql: str, since_step: int | None, until_step: int | None) -> tuple[str, list]:
-    """Append ``since_step < step <= until_step`` conditions (each optional) to a candidates query."""
-    params: list = []
-    if since_step is not None:
-        sql += " AND step > ?"
-        params.append(int(since_step))
-    if until_step is not None:
-        sql += " AND step <= ?"
-        params.append(int(until_step))
-    return sql, params
-
-
-def _row_to_skill(r: sqlite3.Row) -> Skill:
-    scores = {**dict.fromkeys(score_names()), **row_scores(r)}  # an unscored candidate: every score None
-    metadata = _loads(r["metadata"], {})
-    metadata.update({"n_heldout": r["n_heldout"], "score_note": r["score_note"], "scored_step": r["scored_step"]})
-    return Skill(text=r["text"], scope=r["scope"], kind=r["kind"],
-                 source_traj_ids=tuple(_loads(r["source_traj_ids"], [])),
-                 step=r["step"], scores=scores, skill_id=r["skill_id"], metadata=metadata)
-
-
-def _row_to_version(r: sqlite3.Row) -> GlobalVersion:
-    return GlobalVersion(scope=r["scope"], version=r["version"], step=r["step"], parent_version=r["parent_version"],
-                         items=_loads(r["items"], []), text=r["text"], selector=r["selector"],
-                         report=_loads(r["report"], {}), created_at=r["created_at"])

@@ -10,6 +10,7 @@ plus :data:`REPLY_MARGIN_TOKENS` for the tags.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import math
 import random
@@ -20,9 +21,9 @@ from skillduet_plugin.core.scores import select_top
 from skillduet_plugin.core.selectors import get_selector
 from skillduet_plugin.llm.base import ChatRequest
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
+from skillduet_plugin.skills.near_duplicates import first_near_duplicates
 from skillduet_plugin.skills.prompts import render as render_prompt
 from skillduet_plugin.skills.sanitize import cap_length, degenerate_reason, parse_global_answer, strip_control_tokens
-from skillduet_plugin.skills.near_duplicates import first_near_duplicates
 from skillduet_plugin.skills.similarity import SimilarityFn, lexical_matrix
 from skillduet_plugin.skills.types import GlobalSkills, Skill, normalize_text
 
@@ -289,3 +290,30 @@ def consolidate_scope(scope: str, candidates: Sequence[Skill], current: GlobalSk
     report.items = items
     report.tokens = count_tokens(render_global(items), tokenizer)
     return report
+
+
+#: synthesizer backends whose calls wait on a server: consolidation runs their scopes concurrently
+CONCURRENT_BACKENDS = ("openai",)
+
+
+def consolidate_scopes(jobs: Sequence[tuple[str, list[Skill], GlobalSkills]], *, step: int, config: Any,
+                       synthesizer: Any, tokenizer: Any = None, special_tokens: Sequence[str] = (),
+                       similarity: SimilarityFn | None = None) -> list[ConsolidationReport]:
+    """:func:`consolidate_scope` for each ``(scope, candidates, current Global)`` job with the method's settings
+    (``config``: a ``SkillDuetConfig``), one report per job in job order."""
+
+    def one(job: tuple[str, list[Skill], GlobalSkills]) -> ConsolidationReport:
+        return consolidate_scope(
+            job[0], job[1], job[2], step=step, selector=config.selector, keep_ratio=config.keep_ratio,
+            dedupe_threshold=config.dedupe_threshold, seed=config.seed, budget_tokens=config.skill_token_budget,
+            synthesizer=synthesizer, tokenizer=tokenizer, max_chars=config.max_skill_chars,
+            special_tokens=special_tokens, similarity=similarity)
+
+    workers = min(len(jobs), int(config.synthesizer.concurrency)) \
+        if getattr(synthesizer, "kind", "") in CONCURRENT_BACKENDS else 1
+    if workers <= 1:
+        return [one(job) for job in jobs]
+    # Scopes are independent: a remote synthesizer answers one scope's merge and compress rounds while it works
+    # on the others', so the trainer waits about one scope's round trips, not one per scope.
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="skillduet-consolidate") as pool:
+        return list(pool.map(one, jobs))

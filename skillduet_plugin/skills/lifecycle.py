@@ -9,7 +9,6 @@ bank) -> ``end_step`` (every ``consolidation_interval`` steps: a new Global vers
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
 from pathlib import Path
@@ -23,10 +22,10 @@ from skillduet_plugin.core.logprobs import LogprobFn
 from skillduet_plugin.core.names import scope_key
 from skillduet_plugin.llm.base import make_backend
 from skillduet_plugin.skills.bank import SkillBank
-from skillduet_plugin.skills.budget import count_tokens
-from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scope, render_global
+from skillduet_plugin.skills.consolidate import ConsolidationReport, consolidate_scopes, render_global
 from skillduet_plugin.skills.extract import REPLY_MARGIN_TOKENS, ExtractionStats, extract_local
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, global_messages, insert_sections, skill_section
+from skillduet_plugin.skills.lifecycle_metrics import LifecycleMetrics
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS
 from skillduet_plugin.skills.sanitize import tokenizer_special_tokens
 from skillduet_plugin.skills.scoring import SkillScore, score_skills
@@ -40,15 +39,13 @@ logger = logging.getLogger(__name__)
 
 #: bank meta key holding the lifecycle's metric counters as of the last snapshot
 STATE_META_KEY = "lifecycle_state"
-#: synthesizer backends whose calls wait on a server: consolidation runs their scopes concurrently
-CONCURRENT_BACKENDS = ("openai",)
 
 
 #: The scope key of a task under ``config.scope`` (the one table of scope kinds is ``core.names.SCOPE_KEYS``).
 resolve_scope = scope_key
 
 
-class SkillLifecycle:
+class SkillLifecycle(LifecycleMetrics):
     """Skill bank + analyzer + synthesizer + injector for one run.
 
     Args:
@@ -346,24 +343,9 @@ class SkillLifecycle:
         jobs = [(scope, self.bank.candidates(scope=scope, since_step=last, until_step=step),
                  self.bank.current_global(scope))
                 for scope in self.bank.candidate_scopes(since_step=last, until_step=step)]
-        similarity, synthesizer = self._similarity_fn(), self.synthesizer
-
-        def consolidate(job: tuple[str, list[Skill], GlobalSkills]) -> ConsolidationReport:
-            return consolidate_scope(
-                job[0], job[1], job[2], step=step, selector=self.config.selector, keep_ratio=self.config.keep_ratio,
-                dedupe_threshold=self.config.dedupe_threshold, seed=self.config.seed,
-                budget_tokens=self.config.skill_token_budget, synthesizer=synthesizer, tokenizer=self.tokenizer,
-                max_chars=self.config.max_skill_chars, special_tokens=self._special_tokens, similarity=similarity)
-
-        workers = min(len(jobs), int(self.config.synthesizer.concurrency)) \
-            if getattr(synthesizer, "kind", "") in CONCURRENT_BACKENDS else 1
-        if workers > 1:
-            # Scopes are independent: a remote synthesizer answers one scope's merge and compress rounds while
-            # it works on the others', so the trainer waits about one scope's round trips, not one per scope.
-            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="skillduet-consolidate") as pool:
-                reports = list(pool.map(consolidate, jobs))
-        else:
-            reports = [consolidate(job) for job in jobs]
+        reports = consolidate_scopes(jobs, step=step, config=self.config, synthesizer=self.synthesizer,
+                                     tokenizer=self.tokenizer, special_tokens=self._special_tokens,
+                                     similarity=self._similarity_fn())
         by_scope = {scope: candidates for scope, candidates, _ in jobs}
         previous = {scope: current.text for scope, _, current in jobs}
         versions = self.bank.commit_consolidation(step, [
@@ -404,49 +386,6 @@ class SkillLifecycle:
             self._last = dict(state.get("last", {}))
             live = self._backend_failures()
             self._failure_offset = {k: v - live.get(k, 0.0) for k, v in state.get("backend_failures", {}).items()}
-
-    def _state(self) -> dict[str, Any]:
-        return {"counters": self._counters, "last": self._last, "backend_failures": self._backend_failures()}
-
-    def _backend_failures(self) -> dict[str, float]:
-        """Failures counted by the backends built so far (plus those before a restore)."""
-        out = dict(self._failure_offset)
-        for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
-            if backend is not None and hasattr(backend, "failures"):
-                out[name] = out.get(name, 0.0) + float(backend.failures)
-        return out
-
-    # ------------------------------------------------------------------ metrics
-    def global_summary(self) -> dict[str, float]:
-        """Size of the Globals in force: scopes with a version, items and tokens in all, newest version."""
-        scopes = items = tokens = newest = 0
-        for scope in self.bank.scopes():
-            g = self.global_for(scope)
-            if g.version is None:
-                continue
-            scopes += 1
-            items += len(g.items)
-            tokens += count_tokens(g.text, self.tokenizer)
-            newest = max(newest, int(g.version))
-        return {"scopes": float(scopes), "items": float(items), "tokens": float(tokens), "version_max": float(newest)}
-
-    def metrics(self) -> dict[str, float]:
-        """Numbers for the trainer's logger: cumulative counters, the last step's values, the current Globals."""
-        out = {f"skills/{k}": float(v) for k, v in self._counters.items()}
-        out.update(self._last)
-        summary = self.global_summary()
-        out.update({"skills/global_scopes": summary["scopes"], "skills/global_items": summary["items"],
-                    "skills/global_tokens": summary["tokens"]})
-        for name, failures in self._backend_failures().items():
-            out[f"skills/{name}_backend_failures"] = failures
-        answered = self._counters["analyzer_requests"] - self._counters["analyzer_failures"]
-        # share of the analyzer's replies that gave no usable skill (no <skill> text, degenerate, too short)
-        out["skills/analyzer_parse_failure_rate"] = self._counters["rejected"] / answered if answered > 0 else 0.0
-        for name, backend in (("analyzer", self._analyzer), ("synthesizer", self._synthesizer)):
-            for key in ("timeouts", "completion_tokens", "truncated"):  # this process's, where the backend counts
-                if backend is None or hasattr(backend, key):  # not built yet (a resumed run): nothing counted
-                    out[f"skills/{name}_{key}"] = float(getattr(backend, key, 0))
-        return out
 
     def close(self) -> None:
         self.bank.close()

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from skillduet_plugin.config import ConfigError
-from skillduet_plugin.runs.config import RunConfig, load_run_config, parse_overrides, parse_value
+from skillduet_plugin.runs.config import RunConfig, load_run_config, parse_overrides
+from skillduet_plugin.runs.overrides import parse_value
 from skillduet_plugin.runs.env_defaults import run_defaults
 from skillduet_plugin.runs.environment import env_kwargs
 

@@ -16,14 +16,11 @@ All method logic lives in ``core/`` and ``skills/``; this module only moves tens
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from accelerate.utils import broadcast_object_list
-from accelerate.utils import gather_object
-from transformers.trainer_utils import get_last_checkpoint
+from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
@@ -32,7 +29,8 @@ from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import response_logprobs
 from skillduet_plugin.core.opd import opd_denominator, opd_loss, opd_numerator, opd_per_token
 from skillduet_plugin.envs.pool import EnvPool
-from skillduet_plugin.integrations.trl.callback import SNAPSHOT_DIRNAME, SkillDuetCallback
+from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
+from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
@@ -47,7 +45,7 @@ from skillduet_plugin.skills.teacher_scoring import paid_logprobs
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
 
 
-class SkillDuetMixin:
+class SkillDuetMixin(SkillBankSteps):
     """SkillDuet on top of a GRPOTrainer-like class (``class T(SkillDuetMixin, GRPOTrainer)``).
 
     Args (besides the GRPOTrainer ones, passed through):
@@ -359,53 +357,6 @@ class SkillDuetMixin:
         if mode == "train":  # an eval batch is neither split across steps nor accumulated
             normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         return numerator / normalizer
-
-    # ------------------------------------------------------------------ skill bank across steps and checkpoints
-    def skillduet_end_step(self, step: int) -> None:
-        """After each optimizer step: consolidation on the main process, then every process sees the result.
-
-        Without the Global (Local-only) nothing is consolidated: no synthesizer call for a Global nobody reads.
-        """
-        if self.lifecycle is None or not self.skillduet.use_global:
-            return
-        self._finish_scores()
-        if self.accelerator.is_main_process:
-            self.lifecycle.end_step(step)
-        self._sync_bank()
-
-    def skillduet_snapshot(self, checkpoint_dir: str | os.PathLike) -> None:
-        if self.lifecycle is not None and self.accelerator.is_main_process:
-            self.lifecycle.snapshot(Path(checkpoint_dir) / SNAPSHOT_DIRNAME)
-        self.accelerator.wait_for_everyone()
-
-    def skillduet_restore(self, checkpoint_dir: str | os.PathLike) -> None:
-        """Restore the bank saved with ``checkpoint_dir`` (the Global and candidates of that step)."""
-        if self.lifecycle is None:
-            return
-        source = Path(checkpoint_dir) / SNAPSHOT_DIRNAME
-        if not source.is_dir():
-            raise FileNotFoundError(f"{checkpoint_dir} has no {SNAPSHOT_DIRNAME}/ skill bank snapshot: resuming "
-                                    "without it would pair the model of that step with a different Global")
-        if self.accelerator.is_main_process:
-            self.lifecycle.restore(source)
-        self._sync_bank()
-
-    def _sync_bank(self) -> None:
-        self.accelerator.wait_for_everyone()
-        if not self.accelerator.is_main_process and hasattr(self.lifecycle, "reload"):
-            self.lifecycle.reload()
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True:
-
-            checkpoint = get_last_checkpoint(self.args.output_dir)
-        if checkpoint:
-            self.skillduet_restore(checkpoint)
-        elif self.accelerator.is_main_process and hasattr(getattr(self.lifecycle, "bank", None), "check_not_lost"):
-            # a lost bank next to the checkpoints of its history is an error, not a fresh start
-            self.lifecycle.bank.check_not_lost(self.args.output_dir)
-        return super().train(resume_from_checkpoint, *args, **kwargs)
 
 
 class SkillDuetGRPOTrainer(SkillDuetMixin, GRPOTrainer):

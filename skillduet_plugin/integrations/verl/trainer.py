@@ -20,7 +20,6 @@ are sent at the replay-buffer poll where the group is complete, while the rest o
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from typing import Any, ContextManager
@@ -39,6 +38,7 @@ from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.integrations.verl import TRAINER_NAME
 from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested, non_tensor_list, skillduet_record,
                                                       tensor_rows, trajectory_advantages)
+from skillduet_plugin.integrations.verl.checkpoints import CHECKPOINT_SUBDIR, STATE_FILE, SkillBankCheckpoints
 from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_step, keys_by_task, prefetched_rows,
                                                        start_groups, terminal_uids, uid_of, watch_replay_buffer)
 from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn, opd_token_weights
@@ -54,12 +54,9 @@ from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_SUBDIR = "skillduet"
-STATE_FILE = "verl_state.json"
-
 
 @register_trainer(TRAINER_NAME)
-class SkillDuetTrainer(PPOTrainerSync):
+class SkillDuetTrainer(SkillBankCheckpoints, PPOTrainerSync):
     """``trainer.v1.trainer_mode=skillduet_sync``; reads the ``skillduet:`` config section."""
 
     def __init__(self, config: Any) -> None:
@@ -123,23 +120,6 @@ class SkillDuetTrainer(PPOTrainerSync):
         path = self.skillduet.resolved_bank_path(self.config.trainer.default_local_dir)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.lifecycle = self._make_lifecycle(path)
-
-    def _load_checkpoint(self):
-        result = super()._load_checkpoint()
-        self._ensure_lifecycle()
-        if self.global_steps > 0:
-            self._restore_skill_bank(self._resumed_folder())
-        elif hasattr(getattr(self.lifecycle, "bank", None), "check_not_lost"):
-            # a fresh start: a lost bank next to the checkpoints of its history is an error, not a new bank
-            self.lifecycle.bank.check_not_lost(self.config.trainer.default_local_dir,
-                                               resume="trainer.resume_mode=auto (or resume_path)")
-        return result
-
-    def _resumed_folder(self) -> str:
-        trainer = self.config.trainer
-        if trainer.resume_mode == "resume_path":
-            return os.path.abspath(trainer.resume_from_path)
-        return os.path.abspath(os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
 
     def on_init_end(self) -> None:
         super().on_init_end()  # rollout weights after a checkpoint load
@@ -372,44 +352,7 @@ class SkillDuetTrainer(PPOTrainerSync):
         self._send_globals(globals_by_scope)
 
     def _send_globals(self, globals_by_scope: dict) -> None:
-
         ray.get(self.global_server.publish.remote(globals_by_scope, int(self.global_steps)))
-
-    # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self):
-        result = super()._save_checkpoint()
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        # Saved now (pre-consolidation) and again after on_step_end's consolidation, so a crash in between
-        # still resumes consistently: the state file says whether this step's end_step has run.
-        self._snapshot_skill_bank(folder, end_step_done=False)
-        self._checkpoint_folder = folder
-        return result
-
-    def _snapshot_skill_bank(self, folder: str, *, end_step_done: bool) -> None:
-        target = os.path.join(folder, CHECKPOINT_SUBDIR)
-        os.makedirs(target, exist_ok=True)
-        self.lifecycle.snapshot(os.path.join(target, "bank"))
-        state = {"global_steps": int(self.global_steps), "end_step_done": end_step_done,
-                 "scopes": sorted(self._scopes)}
-        tmp = os.path.join(target, STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-        os.replace(tmp, os.path.join(target, STATE_FILE))
-
-    def _restore_skill_bank(self, folder: str) -> None:
-        target = os.path.join(folder, CHECKPOINT_SUBDIR)
-        state_path = os.path.join(target, STATE_FILE)
-        if not os.path.exists(state_path):
-            raise FileNotFoundError(f"{folder} has no SkillDuet skill bank ({state_path} is missing): it was not "
-                                    "written by the skillduet_sync trainer; resume from a SkillDuet checkpoint or "
-                                    "set trainer.resume_mode=disable")
-        with open(state_path) as f:
-            state = json.load(f)
-        self.lifecycle.restore(os.path.join(target, "bank"))
-        self._scopes = set(state.get("scopes", []))
-        if not state.get("end_step_done", True):
-            self.lifecycle.end_step(int(state["global_steps"]))
-        logger.info("skillduet: restored the skill bank of step %s from %s", state["global_steps"], target)
 
 
 __all__ = ["CHECKPOINT_SUBDIR", "STATE_FILE", "SkillDuetTrainer"]

@@ -38,10 +38,10 @@ def project_action(env_name: str, text: str, admissible_actions: Sequence[str] |
     if not isinstance(text, str):
         raise TypeError(f"text must be the decoded response str, got {type(text).__name__}")
     spec = env_spec(env_name)
-    if spec.project_action is not None:
-        return spec.project_action(env_name, text, admissible_actions)
+    if spec.actions.project_action is not None:
+        return spec.actions.project_action(env_name, text, admissible_actions)
     if require_admissible is None:
-        require_admissible = not spec.free_text_actions
+        require_admissible = not spec.actions.free_text_actions
     lowered = text.lower()
     actions = _ACTION_RE.findall(lowered)
     if not actions:

@@ -42,16 +42,16 @@ class PromptTemplates:
 
 def _templates(env_name: str) -> PromptTemplates:
     spec = env_spec(env_name)
-    if spec.prompts is None:
+    if spec.prompts.templates is None:
         raise KeyError(f"env_name={env_name!r} has no prompt templates: it registers its own initial_messages")
-    return spec.prompts
+    return spec.prompts.templates
 
 
 def format_observation(env_name: str, obs: str, task: str | None = None) -> str:
     """An observation as prompts show it (each environment registers how: ALFWorld drops its welcome banner
     and task sentence, WebShop keeps what follows the instruction)."""
     spec = env_spec(env_name)
-    return spec.format_observation(obs, task) if spec.format_observation is not None else obs.strip()
+    return spec.prompts.format_observation(obs, task) if spec.prompts.format_observation is not None else obs.strip()
 
 
 def format_actions(env_name: str, admissible_actions: Sequence[str]) -> str:
@@ -60,8 +60,8 @@ def format_actions(env_name: str, admissible_actions: Sequence[str]) -> str:
     if isinstance(admissible_actions, str):
         raise TypeError("admissible_actions must be a list of strings, not one str")
     actions = [a for a in admissible_actions if a != "help"]
-    if spec.format_actions is not None:
-        actions = list(spec.format_actions(actions))
+    if spec.prompts.format_actions is not None:
+        actions = list(spec.prompts.format_actions(actions))
     return ",\n ".join(f"'{a}'" for a in actions)
 
 
@@ -80,9 +80,9 @@ def initial_messages(env_name: str, *, task: str, observation: str, admissible_a
                      system_prompt: str | None = None) -> list[dict[str, str]]:
     """The first prompt of an episode: an optional system message and the first user turn (step 1)."""
     spec = env_spec(env_name)
-    if spec.initial_messages is not None:
-        return spec.initial_messages(env_name, task=task, observation=observation,
-                                     admissible_actions=admissible_actions, system_prompt=system_prompt)
+    if spec.prompts.initial_messages is not None:
+        return spec.prompts.initial_messages(env_name, task=task, observation=observation,
+                                             admissible_actions=admissible_actions, system_prompt=system_prompt)
     t = _templates(env_name)
     _check_task(task)
     user = "\n".join([
@@ -100,8 +100,9 @@ def initial_messages(env_name: str, *, task: str, observation: str, admissible_a
 def turn_message(env_name: str, *, observation: str, admissible_actions: Sequence[str], step: int) -> str:
     """The user message of a later turn in the same conversation (the conversation carries the history)."""
     spec = env_spec(env_name)
-    if spec.turn_message is not None:
-        return spec.turn_message(env_name, observation=observation, admissible_actions=admissible_actions, step=step)
+    if spec.prompts.turn_message is not None:
+        return spec.prompts.turn_message(env_name, observation=observation, admissible_actions=admissible_actions,
+                                         step=step)
     t = _templates(env_name)
     if step < 1:
         raise ValueError(f"step={step} must be >= 1 (1-based: env info['step'] + 1)")

@@ -26,55 +26,130 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @dataclass(frozen=True)
+class EnvPrompts:
+    """How prompts show an environment.
+
+    Attributes:
+        templates: the pieces of the standard verl-agent prompt (``envs.prompts``); None with ``initial_messages``.
+        format_observation: ``(obs, task) -> text`` as prompts show an observation (default: stripped).
+        format_actions: ``(admissible) -> shown actions`` (default: as given, ``help`` dropped).
+        initial_messages / turn_message: replace the standard prompt builder (same signatures as
+            ``envs.prompts.initial_messages`` / ``turn_message``).
+    """
+
+    templates: "PromptTemplates | None" = None
+    format_observation: Callable[[str, str | None], str] | None = None
+    format_actions: Callable[[Sequence[str]], list[str]] | None = None
+    initial_messages: Callable[..., list[dict[str, str]]] | None = None
+    turn_message: Callable[..., str] | None = None
+
+
+@dataclass(frozen=True)
+class EnvActions:
+    """How a response becomes an action.
+
+    Attributes:
+        project_action: replaces the standard ``<action>`` parser (same signature as
+            ``envs.projection.project_action``).
+        free_text_actions: actions are free text (WebShop's ``search[...]``): a response need not be one of the
+            admissible strings, and ``action_selection=auto`` generates instead of choosing.
+        choose_kwargs: factory keywords added when the policy chooses among admissible actions (``choose`` mode).
+    """
+
+    project_action: Callable[..., tuple[str, bool]] | None = None
+    free_text_actions: bool = False
+    choose_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvData:
+    """Which tasks a run gets.
+
+    Attributes:
+        default_panel: the evaluation split when a run names none.
+        limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
+        default_data_identity: ``() -> dict`` naming what ``data_dir=None`` loads (a data folder from the
+            environment, or the generator's version), so caches keyed on the data notice when it changes.
+    """
+
+    default_panel: str = "test"
+    limit_keyword: str | None = None
+    default_data_identity: Callable[[], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    """How evaluation tables show an environment.
+
+    Attributes:
+        per_type_report: a column per task type (else score and success).
+        scope_order: the order of task types in reports (and the types ``task_types=`` may keep).
+    """
+
+    per_type_report: bool = True
+    scope_order: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class EnvSpec:
-    """One registered environment.
+    """One registered environment: what it is. What other layers need from it (the offline analyzer's rules, run
+    presets, a tiny model's corpus) they register themselves against ``name``.
 
     Attributes:
         name: the registry name (``env=``, ``env_name=``, ``skillduet.env.name=``).
         factory: ``factory(data_dir=None, split=..., **kw) -> TextEnv``.
         target: ``"module:function"`` of the factory, which spawned pool workers import.
-        prompts: the pieces of the standard verl-agent prompt (``envs.prompts``); None with ``initial_messages``.
-        format_observation: ``(obs, task) -> text`` as prompts show an observation (default: stripped).
-        format_actions: ``(admissible) -> shown actions`` (default: as given, ``help`` dropped).
-        initial_messages / turn_message: replace the standard prompt builder (same signatures as
-            ``envs.prompts.initial_messages`` / ``turn_message``).
-        project_action: replaces the standard ``<action>`` parser (same signature as
-            ``envs.projection.project_action``).
-        free_text_actions: actions are free text (WebShop's ``search[...]``): a response need not be one of the
-            admissible strings, and ``action_selection=auto`` generates instead of choosing.
+        prompts / actions / data / report: see :class:`EnvPrompts`, :class:`EnvActions`, :class:`EnvData`,
+            :class:`EnvReport`.
         make_expert: the warm start's expert, ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``
             (``kind`` is ``warm_start.expert``); None: no warm start for this env.
-        default_data_identity: ``() -> dict`` naming what ``data_dir=None`` loads (a data folder from the
-            environment, or the generator's version), so caches keyed on the data notice when it changes.
-        default_panel: the evaluation split when a run names none.
-        limit_keyword: the factory keyword that keeps the first N tasks (None: callers cut ``env.tasks``).
-        choose_kwargs: factory keywords added when the policy chooses among admissible actions (``choose`` mode).
-        per_type_report: evaluation tables show a column per task type (else score and success).
-        scope_order: the order of task types in reports.
-        tiny_corpus: ``() -> lines`` of the environment's own text (product words, option values...) that a tiny
-            model built for it learns as tokens (``warmstart.tiny_model``), with ``tiny_vocab_size`` tokens; None:
-            the default tiny build.
     """
 
     name: str
     factory: Callable[..., "TextEnv"]
     target: str
-    prompts: "PromptTemplates | None" = None
-    format_observation: Callable[[str, str | None], str] | None = None
-    format_actions: Callable[[Sequence[str]], list[str]] | None = None
-    initial_messages: Callable[..., list[dict[str, str]]] | None = None
-    turn_message: Callable[..., str] | None = None
-    project_action: Callable[..., tuple[str, bool]] | None = None
-    free_text_actions: bool = False
+    prompts: EnvPrompts = field(default_factory=EnvPrompts)
+    actions: EnvActions = field(default_factory=EnvActions)
+    data: EnvData = field(default_factory=EnvData)
+    report: EnvReport = field(default_factory=EnvReport)
     make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
-    default_data_identity: Callable[[], dict[str, Any]] | None = None
-    default_panel: str = "test"
-    limit_keyword: str | None = None
-    choose_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    per_type_report: bool = True
-    scope_order: tuple[str, ...] = ()
-    tiny_corpus: Callable[[], list[str]] | None = None
-    tiny_vocab_size: int = 1024
+
+
+#: ``register_env``'s keywords, by the part of the registration they fill (``prompts=`` is the templates)
+_PARTS: dict[str, tuple[type, dict[str, str]]] = {
+    "prompts": (EnvPrompts, {"prompts": "templates", "format_observation": "format_observation",
+                             "format_actions": "format_actions", "initial_messages": "initial_messages",
+                             "turn_message": "turn_message"}),
+    "actions": (EnvActions, {"project_action": "project_action", "free_text_actions": "free_text_actions",
+                             "choose_kwargs": "choose_kwargs"}),
+    "data": (EnvData, {"default_panel": "default_panel", "limit_keyword": "limit_keyword",
+                       "default_data_identity": "default_data_identity"}),
+    "report": (EnvReport, {"per_type_report": "per_type_report", "scope_order": "scope_order"}),
+}
+
+
+def _spec_fields(name: str, keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """``EnvSpec`` fields from ``register_env``'s flat keywords (``default_panel="valid"``) or whole parts
+    (``data=EnvData(...)``); an unknown keyword is a one-line error listing the known ones."""
+    values: dict[str, dict[str, Any]] = {part: {} for part in _PARTS}
+    out: dict[str, Any] = {}
+    for key, value in keywords.items():
+        part = _PARTS.get(key)
+        if part is not None and isinstance(value, part[0]):
+            out[key] = value
+        elif key == "make_expert":
+            out[key] = value
+        else:
+            owner = next((p for p, (_, names) in _PARTS.items() if key in names), None)
+            if owner is None:
+                known = sorted({k for _, names in _PARTS.values() for k in names} | {"make_expert"})
+                raise TypeError(f"register_env({name!r}): unknown keyword {key!r}; known: {', '.join(known)}")
+            values[owner][_PARTS[owner][1][key]] = value
+    for part, given in values.items():
+        if given:
+            base = out.get(part, _PARTS[part][0]())
+            out[part] = replace(base, **given)
+    return out
 
 
 #: The entry-point group through which an installed package adds environments: each entry point names a module
@@ -105,13 +180,15 @@ def register_env(name: str, target: str | Callable[..., Any] | None = None, *, r
     ``register_env("mine", "package.module:make_mine", **spec)`` (a factory string, resolved when an env is
     made, so that the module is imported only when used).
     """
+    fields = _spec_fields(name, spec)
+
     def add(factory: Any) -> Any:
         if isinstance(factory, str):
             path = factory
-            made = EnvSpec(name=name, factory=lambda **kw: resolve_target(path)(**kw), target=path, **spec)
+            made = EnvSpec(name=name, factory=lambda **kw: resolve_target(path)(**kw), target=path, **fields)
         else:
             made = EnvSpec(name=name, factory=factory,
-                           target=f"{factory.__module__}:{factory.__qualname__}", **spec)
+                           target=f"{factory.__module__}:{factory.__qualname__}", **fields)
         ENVS.register(name, made, replace=replace_existing)
         return factory
 
@@ -127,9 +204,5 @@ def env_names() -> list[str]:
     return ENVS.names()
 
 
-def with_overrides(spec: EnvSpec, **changes: Any) -> EnvSpec:
-    """A copy of ``spec`` with some fields replaced (e.g. custom prompt functions from a verl config)."""
-    return replace(spec, **{k: v for k, v in changes.items() if v is not None})
-
-
-__all__ = ["ENTRY_POINT_GROUP", "ENVS", "EnvSpec", "env_names", "env_spec", "register_env", "with_overrides"]
+__all__ = ["ENTRY_POINT_GROUP", "ENVS", "EnvActions", "EnvData", "EnvPrompts", "EnvReport", "EnvSpec", "env_names",
+           "env_spec", "register_env"]

@@ -341,7 +341,7 @@ def _sampled_note(result: dict[str, Any] | None) -> str:
 def _scored(env: str | None) -> bool:
     """True for environments whose score is not just the success (WebShop: the paper reports both)."""
 
-    return bool(env) and env in env_names() and not env_spec(env).per_type_report
+    return bool(env) and env in env_names() and not env_spec(env).report.per_type_report
 
 
 def _table3(arms: Sequence[ArmData]) -> list[str]:

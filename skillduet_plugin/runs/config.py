@@ -179,7 +179,7 @@ class RunConfig:
             if not isinstance(self.task_types, str) or not self.task_type_list:
                 invalid("task_types", self.task_types, "expected comma-separated task types, e.g. pick,look, or "
                         "null for all")
-            known = tuple(env_spec(self.env).scope_order)
+            known = tuple(env_spec(self.env).report.scope_order)
             if not known:
                 invalid("task_types", self.task_types, f"env {self.env!r} has no task types to choose from: set "
                         f"task_types=null")
@@ -229,7 +229,7 @@ class RunConfig:
 
     @property
     def panel(self) -> str:
-        return self.eval_panel or env_spec(self.env).default_panel
+        return self.eval_panel or env_spec(self.env).data.default_panel
 
     @property
     def task_type_list(self) -> list[str]:

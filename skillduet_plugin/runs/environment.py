@@ -18,10 +18,10 @@ def env_kwargs(config: RunConfig, split: str, limit: int = 0) -> dict[str, Any]:
     config's own ``env_kwargs``."""
     kw: dict[str, Any] = {"data_dir": config.data_dir, "split": split}
     spec = env_spec(config.env)
-    if limit and spec.limit_keyword:  # envs without one are cut by the callers (env.tasks[:limit])
-        kw[spec.limit_keyword] = int(limit)
+    if limit and spec.data.limit_keyword:  # envs without one are cut by the callers (env.tasks[:limit])
+        kw[spec.data.limit_keyword] = int(limit)
     if config.action_mode == "choose":
-        kw.update(spec.choose_kwargs)  # e.g. WebShop: search with queries built from the instruction
+        kw.update(spec.actions.choose_kwargs)  # e.g. WebShop: search with queries built from the instruction
     if config.task_type_list:  # validated against the env's task types (RunConfig.validate)
         kw["task_types"] = config.task_type_list
     kw.update(config.env_kwargs)
@@ -34,7 +34,7 @@ def data_identity(config: RunConfig, split: str) -> dict[str, Any]:
     ``$ALFWORLD_DATA`` folder; WebShop: the synthetic catalogue's generator version and code)."""
     kw = env_kwargs(config, split)
     identity: dict[str, Any] = {"env": config.env, **kw}
-    default_identity = env_spec(config.env).default_data_identity
+    default_identity = env_spec(config.env).data.default_data_identity
     if kw.get("data_dir") is None and default_identity is not None:
         identity.update(default_identity())
     return identity

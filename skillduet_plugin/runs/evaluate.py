@@ -141,7 +141,7 @@ def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
               "invalid_action_rate": sum(ep.invalid_actions for ep in episodes) /
               max(1, sum(ep.num_turns for ep in episodes)),
               "turns": sum(ep.num_turns for ep in episodes) / n}
-    if not env_spec(env_name).per_type_report:
+    if not env_spec(env_name).report.per_type_report:
         result.pop("per_type_n")
     return result
 
@@ -253,12 +253,12 @@ def format_table(results: dict[str, Any], env_name: str, title: str = "") -> str
     spec = env_spec(env_name)
     rows = results.get("conditions", {})
     lines = [f"### {title}", ""] if title else []
-    if not spec.per_type_report:
+    if not spec.report.per_type_report:
         lines += ["| Global | Score | Succ. |", "|---|---|---|"]
         for mode, r in rows.items():
             lines.append(f"| {CONDITION_LABELS[mode]} | {100 * r['score']:.2f} | {100 * r['success']:.2f} |")
     else:
-        order = spec.scope_order
+        order = spec.report.scope_order
         types = sorted({t for r in rows.values() for t in r.get("per_type", {})},
                        key=lambda t: (order.index(t), t) if t in order else (len(order), t))
         lines += ["| Global | " + " | ".join(types + ["ALL", "Avg"]) + " |",

@@ -317,7 +317,7 @@ def _summarise(config: RunConfig, run: RunDir, tasks: _Tasks, before: tuple, aft
     MetricsWriter(run.metrics).write({"event": "summary", **summary})
     write_json(run.root / "summary.json", summary)
     plot_run(run.root, tokenizer=tokenizer)
-    scored = not env_spec(config.env).per_type_report  # WebShop: the score too, as the paper reports both
+    scored = not env_spec(config.env).report.per_type_report  # WebShop: the score too, as the paper reports both
     say(summary_line(summary, scored))
     if summary["training_tasks"]:
         say(training_line(summary["training_tasks"], scored))

@@ -2,7 +2,8 @@
 
 The tokenizer is a byte-level BPE trained on ALFWorld- and WebShop-flavoured text generated here, with ChatML
 special tokens and a ChatML chat template; a build for one environment (``corpus=``, e.g. ``webshop``) also
-learns that environment's own vocabulary (its registered ``tiny_corpus`` text, with a larger vocabulary), so that
+learns that environment's own vocabulary (the text registered with :func:`register_tiny_corpus`, with a larger
+vocabulary), so that
 its words are single tokens as ALFWorld's objects are in the default build. The model is a randomly initialised
 ``Qwen3ForCausalLM``. Both are saved to a folder that ``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained``
 load with no hub access.
@@ -14,11 +15,13 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from skillduet_plugin.core.artefacts import MARKER, building, code_digest, read_marker
 from skillduet_plugin.core.settings import check
 from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.envs.webshop import vocabulary as webshop_vocabulary
 from skillduet_plugin.rollout.choice import action_response
 
 CHATML_TEMPLATE = (
@@ -97,7 +100,7 @@ def _prompt_lines() -> list[str]:
 
     lines = []
     for env in CORPUS_ENVS:
-        for text in env_spec(env).prompts.texts():
+        for text in env_spec(env).prompts.templates.texts():
             lines.append(re.sub(r"\{\w+\}", "", text))
     verbs = ("go to", "take", "move", "open", "close", "heat", "cool", "clean", "use", "examine", "search", "click")
     lines += [action_response(v) for v in verbs]
@@ -185,15 +188,32 @@ BUILD_CODE = ("skillduet_plugin.warmstart.tiny_model", "skillduet_plugin.envs.pr
               "skillduet_plugin.rollout.choice", "skillduet_plugin.rollout.responses")
 
 
-def corpus_spec(corpus: str | None) -> Any:
-    """The registration (``EnvSpec``) of the environment ``corpus`` when it registers its own tokenizer text
-    (``tiny_corpus``, with ``tiny_vocab_size`` tokens), else None: the default build (``corpus=None``, or an
-    environment that registers none)."""
-    if corpus is None:
-        return None
+@dataclass(frozen=True)
+class TinyCorpus:
+    """An environment's own text that a tiny model built for it learns as tokens: ``lines()`` (product words,
+    option values...) and the vocabulary size of such a build."""
 
-    spec = env_spec(corpus)
-    return spec if spec.tiny_corpus is not None else None
+    lines: Callable[[], list[str]]
+    vocab_size: int
+
+
+#: environment name -> its tiny-model corpus (:func:`register_tiny_corpus`)
+TINY_CORPORA: dict[str, TinyCorpus] = {}
+
+
+def register_tiny_corpus(env: str, lines: Callable[[], list[str]], vocab_size: int) -> None:
+    """Give the environment ``env`` a tokenizer corpus of its own: ``build_tiny(corpus=env)`` (what ``skillduet
+    train env=<env>`` builds) then also learns ``lines()``, with ``vocab_size`` tokens."""
+    TINY_CORPORA[env] = TinyCorpus(lines, int(vocab_size))
+
+
+register_tiny_corpus("webshop", webshop_vocabulary.corpus_lines, webshop_vocabulary.VOCAB_SIZE)
+
+
+def corpus_spec(corpus: str | None) -> TinyCorpus | None:
+    """The tiny-model corpus registered for the environment ``corpus``, else None: the default build
+    (``corpus=None``, or an environment that registers none)."""
+    return TINY_CORPORA.get(corpus) if corpus is not None else None
 
 
 def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: str | None = None) -> dict:
@@ -205,12 +225,12 @@ def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: 
     import transformers  # lazy: transformers
 
     spec = corpus_spec(corpus)
-    key = {"artefact": "tiny-model", "size": size, "vocab_size": spec.tiny_vocab_size if spec else vocab_size,
+    key = {"artefact": "tiny-model", "size": size, "vocab_size": spec.vocab_size if spec else vocab_size,
            "seed": seed, "code": code_digest(*BUILD_CODE), "torch": torch.__version__,
            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
     if spec is not None:
-        identity = spec.default_data_identity
-        key.update(corpus=corpus, corpus_code=code_digest(spec.tiny_corpus.__module__),
+        identity = env_spec(corpus).data.default_data_identity
+        key.update(corpus=corpus, corpus_code=code_digest(spec.lines.__module__),
                    corpus_data=identity() if identity is not None else None)
     return key
 
@@ -236,7 +256,7 @@ def build_tiny(out_dir: str | Path, size: str = "tiny", vocab_size: int = 1024, 
     with building(out, key) as tmp:
         spec = corpus_spec(corpus)
         tokenizer = build_tokenizer(vocab_size=key["vocab_size"], seed=seed,
-                                    extra_lines=spec.tiny_corpus() if spec is not None else ())
+                                    extra_lines=spec.lines() if spec is not None else ())
         model = build_model(tokenizer, size=size, seed=seed)
         tokenizer.save_pretrained(tmp)
         model.save_pretrained(tmp)

@@ -48,7 +48,7 @@ def counter_env():
 
 def test_builtins_register_themselves():
     assert {"alfworld", "webshop", "toy"} <= set(env_names())
-    assert env_spec("alfworld").default_panel == "valid_unseen" and env_spec("webshop").free_text_actions
+    assert env_spec("alfworld").data.default_panel == "valid_unseen" and env_spec("webshop").actions.free_text_actions
 
 
 def test_a_registered_env_plays_through_every_layer(counter_env):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skillduet_plugin.envs.registry import register_env
-from skillduet_plugin.envs.webshop import expert, prompts, vocabulary
+from skillduet_plugin.envs.webshop import expert, prompts
 from skillduet_plugin.envs.webshop.catalogue import (
     ATTRIBUTE_FILES, HUMAN_FILES, PRODUCT_FILES, Catalogue, find_file, load_catalogue, load_product,
 )
@@ -25,8 +25,7 @@ from skillduet_plugin.envs.webshop.synthetic import (catalogue_identity, ensure_
               default_panel="test",
               per_type_report=False,
               choose_kwargs={"search_choices": 8, "result_labels": True},
-              default_data_identity=lambda: {"generated": catalogue_identity()},
-              tiny_corpus=vocabulary.corpus_lines, tiny_vocab_size=vocabulary.VOCAB_SIZE)
+              default_data_identity=lambda: {"generated": catalogue_identity()})
 def make_webshop(data_dir: str | Path | None = None, split: str = "test", observation_mode: str = "text",
                  num_products: int | None = None, max_steps: int = 15, human_goals: bool = False,
                  scope: str = "webshop", show_attrs: bool = False, seed: int | None = None,

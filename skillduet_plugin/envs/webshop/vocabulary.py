@@ -1,5 +1,6 @@
-"""The WebShop text a tiny model's tokenizer learns (``EnvSpec.tiny_corpus``): the default synthetic catalogue's
-product titles, option values and training-goal instructions (goals 1,500 on, never the test or eval goals).
+"""The WebShop text a tiny model's tokenizer learns (``warmstart.tiny_model.register_tiny_corpus``): the default
+synthetic catalogue's product titles, option values and training-goal instructions (goals 1,500 on, never the test or
+eval goals).
 
 With it, a product word, colour or size is one token instead of three to six byte pairs, as ALFWorld's object
 names are in the default build, so that a two-layer model can match an instruction's words to a page's.

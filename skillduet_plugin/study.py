@@ -35,7 +35,6 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from skillduet_plugin.config import METHOD_PRESETS, ConfigError
-from skillduet_plugin.runs import trl_runner
 from skillduet_plugin.runs.config import RunConfig, load_run_config
 from skillduet_plugin.runs.evaluate import evaluate_panel
 from skillduet_plugin.runs.rundir import resolve_model, write_json
@@ -190,6 +189,8 @@ def shared_model(root: Path, base: RunConfig, say: Callable[[str], None]) -> Pat
     """The one model every run starts from: the base config's warm start (or its model when the warm start is
     off), copied into the study so a cache clean-up cannot change a resumed study."""
 
+    from skillduet_plugin.runs import trl_runner  # lazy: imports torch
+
     target = shared_model_path(root, base)
     if (target / "config.json").is_file():
         return target
@@ -269,6 +270,7 @@ def _train(config: RunConfig, path: Path, say: Callable[[str], None],
     """Train one run; an interrupted one continues from its last complete checkpoint (``skillduet train
     --resume``), or starts again from scratch when it stopped before its first. Returns how it started:
     fresh, resumed or restarted."""
+    from skillduet_plugin.runs import trl_runner  # lazy: imports torch
 
     if not path.exists():
         trl_runner.run_training(config, log=emit or say)

@@ -145,3 +145,31 @@ def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
     (pkg / "m.py").write_text("import os\n\n\ndef f():\n    import json  # lazy: json\n    return json\n\n\n"
                               "def g():\n    import csv\n    return csv, os\n")
     assert unexplained_lazy_imports(tmp_path, "scratch") == ["scratch/m.py:10"]
+
+
+# Modules that load without torch, transformers or a framework (what the lazy imports are for): the settings a
+# config check reads, `skillduet --help` and each command's argument parser, the report, and verl's plugin entry
+# point, which verl imports in every process.
+LIGHT_MODULES = ("skillduet_plugin.config", "skillduet_plugin.runs.config", "skillduet_plugin.cli",
+                 "skillduet_plugin.commands.train", "skillduet_plugin.commands.study", "skillduet_plugin.reporting",
+                 "skillduet_plugin.integrations.verl.plugin", "skillduet_plugin.envs")
+HEAVY = ("torch", "transformers", "trl", "verl")
+
+
+def heavy_imports(module: str) -> list[str]:
+    """The heavy libraries importing ``module`` loads, in a fresh interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = f"import json, sys, {module}\nprint(json.dumps([h for h in {HEAVY!r} if h in sys.modules]))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_entry_points_and_settings_load_without_torch():
+    loaded = {m: heavy_imports(m) for m in LIGHT_MODULES}
+    assert all(not v for v in loaded.values()), loaded
+    assert heavy_imports("skillduet_plugin.core.scores") == ["torch"]  # negative control: the check sees torch

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from skillduet_plugin.core import scores
 from skillduet_plugin.core.registry import Registry
 
 #: ``fn(shifts, advantages, successes) -> the candidate's score`` (None: undefined, ranks last)
@@ -74,6 +73,7 @@ def compute_scores(shifts: Sequence[float], advantages: Sequence[float],
 
 def _math():
     # core.scores needs torch; keeping it out of this module's imports keeps config validation torch-free
+    from skillduet_plugin.core import scores  # lazy: torch
 
     return scores
 

@@ -11,6 +11,10 @@ does not.
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,11 +162,6 @@ HEAVY = ("torch", "transformers", "trl", "verl")
 
 def heavy_imports(module: str) -> list[str]:
     """The heavy libraries importing ``module`` loads, in a fresh interpreter."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     code = f"import json, sys, {module}\nprint(json.dumps([h for h in {HEAVY!r} if h in sys.modules]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True)

@@ -97,9 +97,20 @@ def wandb_media(run_dir: str | Path, ref: dict[str, Any]) -> Any:
     return json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
 
 
+def wandb_flushed() -> None:
+    """Finish the current W&B run and stop W&B's service process, which writes the offline run's records: after
+    this every record is on disk (read right after ``finish`` alone, a loaded machine can still be writing)."""
+    import wandb  # lazy: wandb
+
+    if wandb.run is not None:
+        wandb.finish()
+    wandb.teardown()
+
+
 def wandb_offline_runs(wandb_dir: str | Path) -> list[Path]:
     """The offline run folders under a ``WANDB_DIR``."""
     return sorted(Path(wandb_dir).rglob("offline-run-*"))
 
 
-__all__ = ["tensorboard_scalars", "tensorboard_texts", "wandb_history", "wandb_media", "wandb_offline_runs"]
+__all__ = ["tensorboard_scalars", "tensorboard_texts", "wandb_flushed", "wandb_history", "wandb_media",
+           "wandb_offline_runs"]

@@ -10,8 +10,8 @@ import pytest
 from skillduet_plugin.integrations.trl import callback as callback_module
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.tracking import CANDIDATE_COLUMNS, LOCAL_COLUMNS, SkillTracker
-from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts, wandb_history, wandb_media,
-                                                    wandb_offline_runs)
+from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts, wandb_flushed,
+                                                    wandb_history, wandb_media, wandb_offline_runs)
 
 SKILLDUET = {"consolidation_interval": 2, "opd_coef": 0.2}
 
@@ -51,6 +51,7 @@ def test_tensorboard_and_wandb_show_the_global_and_the_ranked_skills(make_traine
         assert "| kept |" in table and table.startswith("| " + " | ".join(CANDIDATE_COLUMNS))
     assert "train/loss" in tensorboard_scalars(tmp_path / "tb")  # TRL's own scalars sit beside them
 
+    wandb_flushed()
     (run_dir,) = wandb_offline_runs(tmp_path / "wb")
     rows = wandb_history(run_dir)
     local = [r for r in rows if r.get("skillduet_skills/local_ranked/_type") == "table-file"]

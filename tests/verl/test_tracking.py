@@ -16,7 +16,7 @@ from skillduet_plugin.skills.tracking import SkillTracker, TrackerBridge  # noqa
 from skillduet_plugin.skills.tracking_writers import ConsoleWriter, TensorBoardWriter, WandbWriter  # noqa: E402
 from skillduet_plugin.skills.types import Skill  # noqa: E402
 from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
-                                                    wandb_history, wandb_media, wandb_offline_runs)
+                                                    wandb_flushed, wandb_history, wandb_media, wandb_offline_runs)
 
 
 def _emit(tracker, tracking) -> Skill:
@@ -73,6 +73,7 @@ def test_wandb_offline_through_verl_tracking(tmp_path, monkeypatch):
     assert [type(w) for w in tracker.writers] == [WandbWriter]
     _emit(tracker, tracking)
     tracking.finish()
+    wandb_flushed()
     (run_dir,) = wandb_offline_runs(tmp_path)
     (row,) = [r for r in wandb_history(run_dir) if "skillduet_skills/local_ranked/path" in r]
     assert row["_step"] == 3 and row["actor/pg_loss"] == 0.5  # the skills share verl's step

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from skillduet_plugin.core.stats import Interval, bootstrap_interval
 from skillduet_plugin.envs.registry import env_names, env_spec
+from skillduet_plugin.reporting.study_mechanism import mechanism_section
 from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
 from skillduet_plugin.study import (BEFORE_FILE, BEFORE_TRAIN_FILE, NEUTRAL_FILE, STUDY_FILE, StudySpec, arm_overlay,
@@ -39,6 +40,7 @@ class ArmData:
     rl_seconds: list[float] = field(default_factory=list)
     eval_seconds: list[float] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
+    runs: list[Path] = field(default_factory=list)  # the finished run folders, seed by seed
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -67,6 +69,7 @@ def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list
             continue
         steps = step_records(read_metrics(path))
         data.seeds.append(r.seed)
+        data.runs.append(path)
         data.curves.append([(int(s["step"]), float(s["success"])) for s in steps if "success" in s])
         data.reward_curves.append([(int(s["step"]), float(s["env_reward"])) for s in steps if "env_reward" in s])
         after = with_sampled(_read(path / "eval" / "after.json"))
@@ -282,6 +285,7 @@ def build_study_report(root: str | os.PathLike) -> Path:
     lines += _conclusions(arms)
     lines += _training_section(arms, _read(root / BEFORE_TRAIN_FILE))
     lines += ["## Learning curves", "", "![curves](curves.png)", ""]
+    lines += mechanism_section(arms, _read(root / BEFORE_TRAIN_FILE), root)
     lines += _table3(arms)
     lines += ["## Wall time", "", "RL: the sum of the step times in `metrics.jsonl` (resumed runs included); "
               "eval: the after-RL panel (+ the neutral condition).", ""]

@@ -115,7 +115,8 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
                  turn_message_fn: Callable[..., str] | None = None,
                  project_action_fn: Callable[..., tuple[str, bool]] | None = None,
                  action_selection: str = "generate", choose_fn: Callable[..., list[Generation]] | None = None,
-                 action_response_fn: Callable[[str], str] | None = None) -> list[Episode]:
+                 action_response_fn: Callable[[str], str] | None = None,
+                 student_fns: Sequence[StudentFn | None] | None = None) -> list[Episode]:
     """Play one episode per entry of ``task_ids`` (repeat a task id for a group), all in lockstep.
 
     Args:
@@ -143,6 +144,8 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
             candidates)`` (e.g. ``rollout.choice.hf_choice_fn``) picks one per episode, and its tokens are
             recorded as policy tokens (mask 1) exactly as a generated turn would be. Candidates longer than
             the turn's token cap are left out; an episode with none left ends ``truncated``.
+        student_fns: per episode, the prompt builder that replaces the lifecycle's (None: no skill section), for
+            callers that show each episode a skill of its own (``rollout.teacher_check``: a task's Local skill).
 
     Each episode is an :class:`~skillduet_plugin.rollout.engine.EpisodeState` (budgets, masks, stopping rules:
     see ``rollout.engine``); this function only batches the generations and the environment steps. An episode
@@ -162,10 +165,13 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
     resets = pool.reset(task_ids)
     if len(resets) != len(task_ids):
         raise RuntimeError(f"pool.reset returned {len(resets)} results for {len(task_ids)} tasks")
-    student_fn = lifecycle_student_fn(lifecycle)
+    if student_fns is not None and len(student_fns) != len(task_ids):
+        raise ValueError(f"{len(student_fns)} student_fns for {len(task_ids)} tasks: give one per episode")
+    shared = lifecycle_student_fn(lifecycle)
+    builders = list(student_fns) if student_fns is not None else [shared] * len(task_ids)
     states = [engine.start(tid, res.obs, res.info, error=None if res.error is None else str(res.error),
-                           group_index=g, student_fn=student_fn)
-              for tid, res, g in zip(task_ids, resets, _group_indices(task_ids))]
+                           group_index=g, student_fn=fn)
+              for tid, res, g, fn in zip(task_ids, resets, _group_indices(task_ids), builders)]
     while True:
         pending = [(i, req) for i, req in ((i, s.next_request()) for i, s in enumerate(states)) if req is not None]
         if not pending:

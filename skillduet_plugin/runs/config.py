@@ -140,6 +140,16 @@ class RunConfig:
                                       "games the sampled policy wins none either, and the 80 episodes cost a "
                                       "minute of its 10)", kind="int", lo=0)
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
+    eval_teacher: bool = setting(True, "after RL, also play the measured RL training tasks with each game's first "
+                                 "Local skill in the prompt (the OPD teacher), with the model before RL and after "
+                                 "it, greedy and sampled like the students (eval_samples), so the summary compares "
+                                 "the student after RL without any skill with the teacher RL started from (methods "
+                                 "with Local skills; needs eval_training_tasks)", kind="bool")
+    teacher_check_samples: int = setting(2, "each RL step, play every task of the batch that got a Local skill this "
+                                         "many times with the skill (the OPD teacher) and as many without (the "
+                                         "student), with the rollout weights, never trained on, sampled from a "
+                                         "seeded generator of its own (training draws the same either way); "
+                                         "logged as teacher_check/* and plotted (0: off)", kind="int", lo=0)
     save_steps: int = setting(5, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
                                      optional=True)

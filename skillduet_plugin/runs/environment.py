@@ -49,3 +49,21 @@ def make_env(config: RunConfig, split: str, limit: int = 0) -> Any:
 def make_pool(config: RunConfig, split: str, limit: int = 0) -> Any:
 
     return EnvPool(config.env, num_workers=config.env_workers, env_kwargs=env_kwargs(config, split, limit))
+
+
+def interleave_by_type(env: Any, tasks: list[str], limit: int = 0) -> list[str]:
+    """Tasks reordered round-robin over their types (stable within a type); the first ``limit`` (0: all)."""
+    by_type: dict[str, list[str]] = {}
+    for t in tasks:
+        try:
+            key = str(env.task_type(t))
+        except (NotImplementedError, KeyError, ValueError):
+            key = ""
+        by_type.setdefault(key, []).append(t)
+    order: list[str] = []
+    queues = [list(v) for v in by_type.values()]
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop(0))
+    return order[:limit] if limit else order

@@ -106,13 +106,15 @@ class GlobalCondition:
                                position=cfg.skill_position, tokenizer=tok)
 
 
-def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any) -> Any:
+def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any, *, use_global: bool = True) -> Any:
     """A read-only lifecycle over a run's bank, inserting the Global like the run did (its budget, position
-    and scope), whatever the run's method was."""
+    and scope), whatever the run's method was; ``use_global=False``: no Global in any prompt (a Local skill
+    alone, as the teacher RL started from saw it)."""
     from skillduet_plugin.skills.lifecycle import SkillLifecycle  # lazy: imports torch
 
     cfg = SkillDuetConfig(skill_token_budget=method.skill_token_budget, skill_position=method.skill_position,
-                          scope=method.scope, max_skill_chars=method.max_skill_chars)
+                          scope=method.scope, max_skill_chars=method.max_skill_chars, use_global=use_global,
+                          local_skill_token_budget=method.local_skill_token_budget)
     return SkillLifecycle(cfg, bank_path, tokenizer=tokenizer, write=False)
 
 
@@ -149,12 +151,12 @@ def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
 def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
                condition: GlobalCondition, max_turns: int, max_new_tokens: int, max_total_tokens: int,
                batch_size: int = 64, action_selection: str = "generate", do_sample: bool = False,
-               temperature: float = 1.0) -> list[Any]:
+               temperature: float = 1.0, student_fns: Sequence[Any] | None = None) -> list[Any]:
     """One episode per entry of ``task_ids`` under ``condition`` (all in lockstep), greedy unless ``do_sample``
     (then sampled at ``temperature`` from torch's global generator, as in the rollouts); ``action_selection=
-    "choose"`` picks among the admissible actions by their scores instead of generating."""
+    "choose"`` picks among the admissible actions by their scores instead of generating. ``student_fns``: per
+    episode, the first prompt's builder instead of the condition's (a task's Local skill)."""
     import torch  # lazy: torch
-
 
     chat = ChatTokenizer(tokenizer)
     was_training = model.training
@@ -167,7 +169,7 @@ def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name:
             return run_episodes(list(task_ids), env_name=env_name, pool=pool, generate_fn=generate, chat=chat,
                                 lifecycle=None if condition.mode == "none" else condition, max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, max_total_tokens=max_total_tokens,
-                                action_selection=action_selection, choose_fn=choose)
+                                action_selection=action_selection, choose_fn=choose, student_fns=student_fns)
     finally:
         model.train(was_training)
 
@@ -219,28 +221,32 @@ def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, 
 
 
 def sampled_summary(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any, samples: int,
-                    seed: int, temperature: float, **limits: Any) -> dict[str, Any]:
+                    seed: int, temperature: float, student_fns: Sequence[Any] | None = None,
+                    **limits: Any) -> dict[str, Any]:
     """:func:`summarize` of :func:`sampled_episodes`."""
     t0 = time.time()
     episodes = sampled_episodes(model, tokenizer, task_ids, env_name=env_name, pool=pool, samples=samples, seed=seed,
-                                temperature=temperature, **limits)
+                                temperature=temperature, student_fns=student_fns, **limits)
     summary = summarize(episodes, env_name)
     summary.update(seconds=round(time.time() - t0, 1), samples=samples, temperature=temperature)
     return summary
 
 
 def sampled_episodes(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
-                     samples: int, seed: int, temperature: float, **limits: Any) -> list[Any]:
-    """``samples`` sampled episodes per task (no Global), drawn from torch's generator seeded with ``seed``
-    inside a forked RNG: the same episodes on every call, and the caller's random state is left as it was."""
+                     samples: int, seed: int, temperature: float, student_fns: Sequence[Any] | None = None,
+                     **limits: Any) -> list[Any]:
+    """``samples`` sampled episodes per task (no Global; ``student_fns``: per task, its prompt builder), drawn
+    from torch's generator seeded with ``seed`` inside a forked RNG: the same episodes on every call, and the
+    caller's random state is left as it was."""
     import torch  # lazy: torch
 
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
+        fns = None if student_fns is None else [fn for fn in student_fns for _ in range(samples)]
         return play_panel(model, tokenizer, [t for t in task_ids for _ in range(samples)], env_name=env_name,
                           pool=pool, condition=GlobalCondition("none", None), do_sample=True,
-                          temperature=temperature, **limits)
+                          temperature=temperature, student_fns=fns, **limits)
 
 
 def _globals(lifecycle: Any) -> list[Any]:
@@ -281,7 +287,6 @@ def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[s
     environment pool for the panel (``split``: the tasks' split when they are not the panel's), the run's turn
     limits and action selection (``samples``: :func:`evaluate_conditions`, at the run's temperature and seed);
     everything closed after."""
-
 
     bank = Path(bank_path) if bank_path else None
     lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None

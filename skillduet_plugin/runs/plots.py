@@ -1,5 +1,6 @@
-"""PNG plots of a run from its ``metrics.jsonl`` and skill bank (matplotlib, Agg): success per task type, OPD
-gate statistics, the Strength distribution of each consolidation's candidates, and the Global's size.
+"""PNG plots of a run from its ``metrics.jsonl``, ``summary.json`` and skill bank (matplotlib, Agg): success per task
+type, OPD gate statistics, the mechanism chain (teacher check, teacher vs student after RL), the Strength
+distribution of each consolidation's candidates, and the Global's size.
 
 Each ``plot_*`` takes plain data (metric records, bank-derived lists) and an output path, so ``skillduet
 report`` can reuse them on several runs; :func:`plot_run` draws all of them for one run directory.
@@ -7,6 +8,7 @@ report`` can reuse them on several runs; :func:`plot_run` draws all of them for 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -99,6 +101,58 @@ def plot_opd(records: Sequence[Mapping[str, Any]], out: str | os.PathLike, title
     return save_figure(fig, out)
 
 
+TEACHER_CHECK_KEYS = ("teacher_check/success_with_local", "teacher_check/success_without_local")
+ROLE_LABELS = {"student_before": "student\nbefore RL", "teacher_before": "teacher\nbefore RL",
+               "student_after": "student\nafter RL", "teacher_after": "teacher\nafter RL"}
+
+
+def plot_mechanism(records: Sequence[Mapping[str, Any]], teacher: Mapping[str, Any] | None,
+                   out: str | os.PathLike, title: str = "") -> Path:
+    """The mechanism chain of a run: per step the teacher check (held-out success with and without the Local
+    skill), per step the OPD teacher - student log-prob on the supervised tokens (the decisive ones in choose
+    mode) with the gate's open share, and after RL the student and the teacher before and after RL on the RL
+    games (``summary["teacher"]``, sampled when measured, else greedy)."""
+    plt = pyplot()
+    records = step_records(records)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for key, label in zip(TEACHER_CHECK_KEYS, ("with Local skill (teacher)", "without (student)")):
+        xs, ys = series(records, key)
+        if xs:
+            axes[0].plot(xs, ys, marker="o", markersize=3, label=label)
+    axes[0].set_ylim(-0.03, 1.03)
+    axes[0].set_title("teacher check: held-out success")
+    xs, ys = series(records, "opd/teacher_minus_student")
+    if xs:
+        axes[1].plot(xs, ys, marker=".", color="tab:purple", label="teacher - student log-prob")
+    axes[1].axhline(0.0, color="gray", linewidth=0.8)
+    gate = axes[1].twinx()
+    xs, ys = series(records, "opd/gate_active_ratio")
+    if xs:
+        gate.plot(xs, ys, marker=".", color="tab:green", label="gate open share")
+        gate.set_ylim(-0.03, 1.03)
+        gate.legend(fontsize=8, loc="lower right")
+    axes[1].set_title("OPD on the supervised tokens")
+    for ax in axes[:2]:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8, loc="upper left")
+    block = (teacher or {}).get("sampled") or (teacher or {}).get("greedy")
+    if block:
+        mode = "sampled" if (teacher or {}).get("sampled") else "greedy"
+        roles = [k for k in ROLE_LABELS if k in block]
+        axes[2].bar(range(len(roles)), [block[k] for k in roles], alpha=0.8,
+                    color=["tab:orange" if k.startswith("teacher") else "tab:blue" for k in roles])
+        axes[2].set_xticks(range(len(roles)), [ROLE_LABELS[k] for k in roles], fontsize=8)
+        axes[2].set_title(f"RL games, {mode} ({block['tasks']} games)")
+    else:
+        axes[2].text(0.5, 0.5, "no teacher measured", ha="center", va="center", transform=axes[2].transAxes)
+    axes[2].set_ylim(0, 1.03)
+    axes[2].set_ylabel("success")
+    fig.suptitle(title or "Mechanism: does the Local skill make a better teacher, and does the student learn it?")
+    return save_figure(fig, out)
+
+
 def strength_by_consolidation(bank_path: str | os.PathLike) -> dict[int, list[float]]:
     """Consolidation step -> Strength scores of the Local candidates it chose from (made since the previous
     consolidation, all scopes). Candidates without a score are left out."""
@@ -187,9 +241,11 @@ def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     out = Path(out_dir) if out_dir is not None else run / "plots"
     records = read_metrics(run)
     bank = run / BANK_FILE
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
     return [
         plot_success(records, out / "success_per_task_type.png"),
         plot_opd(records, out / "opd_gate.png"),
+        plot_mechanism(records, summary.get("teacher"), out / "mechanism.png"),
         plot_strength(strength_by_consolidation(bank), out / "strength_per_consolidation.png"),
         plot_global_size(records, global_sizes(bank, tokenizer), out / "global_size.png"),
     ]

@@ -24,13 +24,14 @@ from skillduet_plugin.config import ConfigError
 from skillduet_plugin.core.episode import episode_settings
 from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
-from skillduet_plugin.runs.environment import data_identity, env_kwargs, make_env
+from skillduet_plugin.runs.environment import data_identity, env_kwargs, interleave_by_type, make_env
 from skillduet_plugin.runs.evaluate import evaluate_panel
 from skillduet_plugin.runs.plots import plot_run
 from skillduet_plugin.runs.recorder import RunRecorder
 from skillduet_plugin.runs.rundir import (CONFIG_FILE, MetricsWriter, RunDir, cache_dir, read_metrics, resolve_model,
                                           write_json)
 from skillduet_plugin.runs.summary import panel_summary, run_summary, summary_line, training_line, training_summary
+from skillduet_plugin.runs.teacher_eval import measure_teachers, teacher_line
 from skillduet_plugin.warmstart.cache import warm_start_model
 from skillduet_plugin.warmstart.workers import POOL_MIN_STEPS, default_workers
 
@@ -87,6 +88,7 @@ def grpo_args(config: RunConfig, run: RunDir) -> Any:
         save_steps=config.save_steps or 500, save_only_model=False, disable_tqdm=True,
         skillduet=config.method_config().to_dict(), env_name=config.env,
         env_kwargs=env_kwargs(config, config.train_split), env_workers=config.env_workers,
+        teacher_check_samples=config.teacher_check_samples,
         lr_scheduler_type="constant",
         **dataclasses.asdict(episode_settings(config, action_selection=config.action_mode)))
     kwargs.update(device_settings(config))
@@ -107,24 +109,6 @@ def train_tasks(config: RunConfig) -> list[str]:
 def training_eval_tasks(config: RunConfig, train_ids: list[str]) -> list[str]:
     """The RL training tasks measured before and after RL: the first ``eval_training_tasks`` of them."""
     return train_ids[:config.eval_training_tasks]
-
-
-def interleave_by_type(env: Any, tasks: list[str], limit: int = 0) -> list[str]:
-    """Tasks reordered round-robin over their types (stable within a type); the first ``limit`` (0: all)."""
-    by_type: dict[str, list[str]] = {}
-    for t in tasks:
-        try:
-            key = str(env.task_type(t))
-        except (NotImplementedError, KeyError, ValueError):
-            key = ""
-        by_type.setdefault(key, []).append(t)
-    order: list[str] = []
-    queues = [list(v) for v in by_type.values()]
-    while any(queues):
-        for q in queues:
-            if q:
-                order.append(q.pop(0))
-    return order[:limit] if limit else order
 
 
 def panel(config: RunConfig, split: str | None = None, limit: int | None = None) -> list[str]:
@@ -230,13 +214,17 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
         tokenizer.save_pretrained(str(run.final_model))
 
         t0 = time.time()
-        after = (None, None)
+        after, teacher = (None, None), None
         if config.eval_after:
             model = trainer.accelerator.unwrap_model(trainer.model)
             after = _measure(model, tokenizer, config, tasks, run, say, "after")
+            if config.eval_teacher and tasks.train_eval and config.method_config().extract_local:
+                teacher = measure_teachers(config, run, model, tokenizer, tasks.train_eval,
+                                           lambda: load_model(model_dir, config)[0], (before[1], after[1]),
+                                           _tagged(say, "training tasks"))
         timings["time/eval_after_s"] = time.time() - t0
         timings["time/total_s"] = time.time() - t_start
-        _summarise(config, run, tasks, before, after, warm_info, timings, tokenizer, say)
+        _summarise(config, run, tasks, before, after, warm_info, timings, tokenizer, say, teacher)
     finally:
         log_file.close()
     return run.root
@@ -298,6 +286,12 @@ def _train(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids
            checkpoint: Path | None, say: Callable[[str], None]) -> Any:
     """The TRL trainer built and run (from ``checkpoint`` when resuming), its steps recorded in the run."""
     trainer = _trainer(config, run, model, tokenizer, train_ids)
+    if checkpoint is not None and int(checkpoint.name.split("-")[-1]) >= config.steps:
+        # stopped after its last RL step (while evaluating): TRL would train one step more; take that step's model
+        say(f"{checkpoint} is the last RL step: evaluating it (model and skill bank of that step)")
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.skillduet_restore(checkpoint)
+        return trainer
     recorder = RunRecorder(trainer, MetricsWriter(run.metrics), config, say)
     trainer.add_callback(recorder)
     if checkpoint is not None:
@@ -309,11 +303,13 @@ def _train(config: RunConfig, run: RunDir, model: Any, tokenizer: Any, train_ids
 
 
 def _summarise(config: RunConfig, run: RunDir, tasks: _Tasks, before: tuple, after: tuple, warm_info: Any,
-               timings: dict[str, float], tokenizer: Any, say: Callable[[str], None]) -> None:
+               timings: dict[str, float], tokenizer: Any, say: Callable[[str], None],
+               teacher: dict[str, Any] | None = None) -> None:
     """``summary.json`` (and its metrics event), the run's plots, and the printed result lines."""
     summary = run_summary(before[0], after[0], warm_info, timings)
     summary["panel"] = panel_summary(before[0], after[0], config, len(tasks.panel))
     summary["training_tasks"] = training_summary(before[1], after[1], config, len(tasks.train_eval))
+    summary["teacher"] = teacher
     MetricsWriter(run.metrics).write({"event": "summary", **summary})
     write_json(run.root / "summary.json", summary)
     plot_run(run.root, tokenizer=tokenizer)
@@ -321,6 +317,8 @@ def _summarise(config: RunConfig, run: RunDir, tasks: _Tasks, before: tuple, aft
     say(summary_line(summary, scored))
     if summary["training_tasks"]:
         say(training_line(summary["training_tasks"], scored))
+    if teacher:
+        say(teacher_line(teacher))
 
 
 def _before(run: RunDir, label: str, resuming: bool, wanted: bool,

@@ -101,4 +101,10 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     assert "Success % (sampled policy)" in report and "4 episodes per task at temperature 1.0" in report
     assert "Sampled success %" not in report
     assert (out / "curves.png").stat().st_size > 0 and (out / "panel.png").stat().st_size > 0
+    # the mechanism chain for the arm with Local skills (the resumed run's teacher checks included)
+    section = report.split("## The mechanism chain", 1)[1].split("\n## ", 1)[0]
+    assert "| SkillDuet (Strength) | 2 |" in section and "GRPO" not in section
+    assert "Student after - teacher before" in section and (out / "mechanism.png").stat().st_size > 0
+    assert (out / "runs" / "strength-s0" / "eval" / "teacher_before_train.json").is_file()
+    assert not (out / "runs" / "grpo-s0" / "eval" / "teacher_before_train.json").exists()
     assert again.stdout.strip().splitlines()[-1] == str(out / "report.md")

@@ -42,7 +42,25 @@ def test_train_then_eval(games, tmp_path, monkeypatch, capsys):
     bank.close()
     assert versions and {v.step for v in versions} <= {1, 2}
     assert {p.name for p in (out / "plots").iterdir()} == {
-        "success_per_task_type.png", "opd_gate.png", "strength_per_consolidation.png", "global_size.png"}
+        "success_per_task_type.png", "opd_gate.png", "mechanism.png", "strength_per_consolidation.png",
+        "global_size.png"}
+    # the mechanism chain: the teacher check each step, the teachers before and after RL on the RL games
+    checked = sum("teacher_check/success_with_local" in r for r in steps)
+    assert checked == sum(bool(r.get("skills/extracted")) for r in steps) >= 1
+    for r in steps:
+        if r.get("skills/extracted"):
+            assert 0.0 <= r["teacher_check/success_with_local"] <= 1.0
+            assert r["teacher_check/difference"] == pytest.approx(
+                r["teacher_check/success_with_local"] - r["teacher_check/success_without_local"])
+    teacher = summary["teacher"]
+    trained = json.loads((out / "eval" / "teacher_before_train.json").read_text())
+    assert set(trained["skills"]) <= set(json.loads((out / "eval" / "before_train.json").read_text())
+                                         ["conditions"]["none"]["outcomes"])
+    for mode in ("greedy", "sampled"):
+        block = teacher[mode]
+        assert block["tasks"] == len(trained["skills"]) >= 1
+        d = block["student_after - teacher_before"]
+        assert d["estimate"] == pytest.approx(block["student_after"] - block["teacher_before"])
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     config = RunConfig.from_dict(resolved)
     assert config.steps == 2 and config.data_dir == str(games) and config.method_config().consolidation_interval == 1

@@ -4,6 +4,7 @@ per-step metrics and skill bank equal those of an uninterrupted run."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,27 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(games, tmp_path):
         for key, value in a[step].items():
             assert b[step][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (step, key)
     assert _bank(whole) == _bank(broken)
+
+    # stopped after its last RL step (while evaluating): resuming evaluates that step's model, trains no step more
+    late = tmp_path / "late"
+    shutil.copytree(whole, late)
+    shutil.rmtree(late / "final_model")
+    (late / "summary.json").unlink()
+    resumed = _train(["--resume", str(late)], env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "is the last RL step" in resumed.stderr
+    assert sorted(_steps(late)) == list(range(1, STEPS + 1))
+    assert _weights(late / "final_model") == _weights(whole / "final_model")
+    assert _bank(whole) == _bank(late)
+
+
+def _weights(folder: Path) -> str:
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    return hashlib.sha256(b"".join(tensors[k].numpy().tobytes() for k in sorted(tensors))).hexdigest()
 
 
 def test_resume_refuses_a_folder_without_a_checkpoint(tmp_path, capsys):

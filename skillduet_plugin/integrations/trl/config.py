@@ -70,6 +70,12 @@ class SkillDuetGRPOConfig(GRPOConfig):
     logprob_token_budget: int = field(default=16384, metadata={"help": (
         "padded tokens per forward of the OPD teacher pass and of skill scoring")})
     action_selection: str = episode_field("action_selection", with_check=False)
+    teacher_check_samples: int = field(default=0, metadata={"help": (
+        "the teacher check (a measurement, never trained on): each step, every task of the batch with a Local "
+        "skill is played this many times with that skill in its prompt (the OPD teacher) and as many times "
+        "without (the student), logged as teacher_check/success_with_local, .../success_without_local and "
+        ".../difference; 0 turns it off. Sampled with the transformers policy from a seeded generator, so the "
+        "training itself draws what it would draw without the check")})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -107,6 +113,7 @@ _CHECKS: dict[str, dict[str, Any]] = {
     **episode_checks(),
     "env_kwargs": {"kind": "mapping", "optional": True},
     "env_workers": {"kind": "int", "lo": 0},
+    "teacher_check_samples": {"kind": "int", "lo": 0},
     "logprob_token_budget": {"kind": "int", "lo": 1},
     "reward_scale": {"lo": 0, "lo_open": True},
 }

@@ -22,8 +22,11 @@ from skillduet_plugin.rollout.choice import hf_choice_fn
 from skillduet_plugin.rollout.collector import Episode, GenerateFn, Generation, hf_generate_fn, run_episodes
 
 
-def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
-    """Run one episode per task id with the trainer's current weights."""
+def play_batch(trainer: Any, task_ids: list[str], *, student_fns: list | None = None,
+               use_vllm: bool | None = None) -> list[Episode]:
+    """Run one episode per task id with the trainer's current weights. ``student_fns``: per episode, its first
+    prompt's builder instead of the lifecycle's (``rollout.collector.run_episodes``); ``use_vllm=False`` samples
+    with the transformers policy even in a vLLM run (torch's generator, which a caller can fork and seed)."""
 
     args = trainer.args
     with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
@@ -35,7 +38,7 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
             extra = {k: getattr(args, k) for k in ("top_k", "min_p", "repetition_penalty")
                      if getattr(args, k, None) is not None}
             extra.update(args.generation_kwargs or {})
-            if getattr(trainer, "use_vllm", False):
+            if getattr(trainer, "use_vllm", False) if use_vllm is None else use_vllm:
                 generate = vllm_generate_fn(trainer, temperature=args.temperature, top_p=args.top_p)
             else:
                 generate = hf_generate_fn(policy, trainer.chat, temperature=args.temperature, top_p=args.top_p,
@@ -50,7 +53,8 @@ def play_batch(trainer: Any, task_ids: list[str]) -> list[Episode]:
                     chat=trainer.chat, lifecycle=trainer.lifecycle,
                     max_turns=args.max_turns, max_new_tokens=args.max_new_tokens_per_turn,
                     max_total_tokens=max_total, max_completion_tokens=args.max_completion_length,
-                    action_selection=args.action_selection, choose_fn=choose, **trainer.rollout_kwargs)
+                    action_selection=args.action_selection, choose_fn=choose, student_fns=student_fns,
+                    **trainer.rollout_kwargs)
         finally:
             policy.train(was_training)
 

@@ -16,6 +16,7 @@ All method logic lives in ``core/`` and ``skills/``; this module only moves tens
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,6 +39,7 @@ from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
 from skillduet_plugin.integrations.trl.vllm_sync import install_cpu_weight_sync
 from skillduet_plugin.rollout.collector import to_trajectory
+from skillduet_plugin.rollout.teacher_check import skills_by_task, teacher_check
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
 from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
@@ -161,6 +163,8 @@ class SkillDuetMixin(SkillBankSteps):
             trajs = self._trajectories(output, step)
             result = self._extract(trajs, step)
         plan = self._teacher_plan(trajs, result)  # in eval: no trajectories, every row keeps its student prompt
+        if mode == "train" and self.args.teacher_check_samples:
+            self._teacher_check(plan, step)
         has_skill = torch.tensor(plan.has_skill, dtype=torch.float32, device=device)
         if mode == "train":
             if cfg.use_global:
@@ -194,6 +198,28 @@ class SkillDuetMixin(SkillBankSteps):
         return plan_teacher([ep.tokens.prompt_ids for ep in self._episodes],
                             [ep.tokens.completion_ids for ep in self._episodes], list(enumerate(trajs)), extraction,
                             self.lifecycle, self.chat)
+
+    def _teacher_check(self, plan: TeacherPlan, step: int) -> None:
+        """Held-out episodes of this step's tasks played as the teacher and as the student with the rollout
+        weights (``rollout.teacher_check``), never trained on. Sampled with the transformers policy from a generator
+        seeded by the run's seed, the step and the rank inside a forked RNG, so training draws what it would
+        draw without the check."""
+        skills = skills_by_task([ep.task_id for ep in self._episodes], plan.skills)
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            rank = self.accelerator.process_index
+            torch.manual_seed(random.Random(f"teacher_check/{self.args.seed}/{step}/{rank}").getrandbits(63))
+            result = teacher_check(skills, lifecycle=self.lifecycle, samples=self.args.teacher_check_samples,
+                                   play=lambda ids, fns: play_batch(self, ids, student_fns=fns, use_vllm=False))
+        n = float(result["episodes"])
+        wins = [(result["teacher_success"] or 0.0) * n, (result["student_success"] or 0.0) * n, n]
+        teacher, student, total = self.accelerator.gather(
+            torch.tensor([wins], dtype=torch.float64, device=self.accelerator.device)).sum(dim=0).tolist()
+        if total:
+            metrics = self._metrics["train"]
+            metrics["teacher_check/success_with_local"].append(teacher / total)
+            metrics["teacher_check/success_without_local"].append(student / total)
+            metrics["teacher_check/difference"].append((teacher - student) / total)
 
     def _trajectories(self, output: dict[str, Any], step: int) -> list[Trajectory]:
         """This process's rows as trajectories, with their advantages and base log-probs when scoring needs them."""

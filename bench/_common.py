@@ -25,10 +25,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as ``python bench/x.py`` from a checkout without installing
     sys.path.insert(0, str(REPO_ROOT))
 
+from skillduet_plugin.core.cpu_kernels import pin_cpu_kernels  # noqa: E402  (the path above)
+
 for _key, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
                      ("TRL_EXPERIMENTAL_SILENCE", "1"), ("WANDB_MODE", "disabled"),
                      ("HF_HUB_DISABLE_TELEMETRY", "1")):
     os.environ.setdefault(_key, _value)
+pin_cpu_kernels()  # the kernels the skillduet command runs (AVX2 on x86-64), before any torch import
 
 
 @dataclass

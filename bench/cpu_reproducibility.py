@@ -7,7 +7,7 @@ weights from the same seed. Pinning both to AVX2 (``ATEN_CPU_CAPABILITY=avx2``, 
 reproducibility ``MKL_CBWR=AVX2``) makes an AVX-512 machine compute as an AVX2 one does; whether the weights then
 match another machine's can only be checked on that machine (compare the printed digests).
 
-    python bench/cpu_reproducibility.py                 # default, avx2, MKL_CBWR=AVX2, both
+    python bench/cpu_reproducibility.py                 # native, avx2, MKL_CBWR=AVX2, both (the command's)
     python bench/cpu_reproducibility.py --worker        # one run under the current environment (prints JSON)
 """
 
@@ -25,9 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _common  # noqa: E402,F401  (offline environment variables)
+from skillduet_plugin.core.cpu_kernels import PINNED, SWITCH  # noqa: E402
 
-SETTINGS = {"default": {}, "aten_avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "mkl_cbwr_avx2": {"MKL_CBWR": "AVX2"},
-            "both_avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}}
+SETTINGS = {"native": {SWITCH: "native"},
+            "aten_avx2": {SWITCH: "native", "ATEN_CPU_CAPABILITY": "avx2"},
+            "mkl_cbwr_avx2": {SWITCH: "native", "MKL_CBWR": "AVX2"},
+            "both_avx2": dict(PINNED)}  # both_avx2: what the skillduet command runs (core.cpu_kernels)
 
 
 def worker(games: int, steps: int) -> dict:
@@ -86,7 +89,7 @@ def main() -> None:
     results: dict = {name: [] for name in SETTINGS}
     for _ in range(args.repeats):  # interleaved, so load changes hit every setting alike
         for name, extra in SETTINGS.items():
-            env = {**os.environ, **extra}
+            env = {**{k: v for k, v in os.environ.items() if k not in PINNED and k != SWITCH}, **extra}
             out = subprocess.run([sys.executable, __file__, "--worker", "--games", str(args.games), "--steps",
                                   str(args.steps)], env=env, check=True, capture_output=True, text=True).stdout
             results[name].append(json.loads(out.strip().splitlines()[-1]))

@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from skillduet_plugin import __version__
+from skillduet_plugin.core.cpu_kernels import pin_cpu_kernels
 
 # subcommand -> (module under skillduet_plugin.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -53,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    pin_cpu_kernels()  # before any command imports torch: the same arithmetic on every x86-64 CPU with AVX2
     return int(_load(COMMANDS[args.command][0]).run(args) or 0)
 
 

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from skillduet_plugin.config import ConfigError
+from skillduet_plugin.core.cpu_kernels import cpu_kernels
 from skillduet_plugin.core.episode import episode_settings
 from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.runs.config import RunConfig, dump_yaml
@@ -193,7 +194,8 @@ def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,
     timings: dict[str, float] = {}
     try:
         torch.manual_seed(config.seed)
-        say(f"run directory {run.root} ({threads} torch thread{'s' if threads > 1 else ''})")
+        say(f"run directory {run.root} ({threads} torch thread{'s' if threads > 1 else ''}, {cpu_kernels()} CPU "
+            "kernels)")
         t0 = time.time()
         base = resolve_model(config.model, seed=config.seed, env=config.env)
         model_dir, warm_info = _warm_start(config, base, say) if config.warm_start_enabled else (base, None)
@@ -309,7 +311,7 @@ def _summarise(config: RunConfig, run: RunDir, tasks: _Tasks, before: tuple, aft
     summary = run_summary(before[0], after[0], warm_info, timings)
     summary["panel"] = panel_summary(before[0], after[0], config, len(tasks.panel))
     summary["training_tasks"] = training_summary(before[1], after[1], config, len(tasks.train_eval))
-    summary["teacher"] = teacher
+    summary.update(teacher=teacher, cpu_kernels=cpu_kernels())
     MetricsWriter(run.metrics).write({"event": "summary", **summary})
     write_json(run.root / "summary.json", summary)
     plot_run(run.root, tokenizer=tokenizer)

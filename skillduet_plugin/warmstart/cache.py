@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from skillduet_plugin.core.artefacts import building, code_digest, digest_key, read_marker
+from skillduet_plugin.core.cpu_kernels import cpu_kernels
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.warmstart.episodes import (build_cloning_data, clone, expert_takes_hint, plan_skill_sections,
                                                  play_expert)
@@ -40,12 +41,14 @@ WARM_START_CODE = ("skillduet_plugin.warmstart.episodes", "skillduet_plugin.warm
 def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
     """Everything the warm-started weights depend on: the settings (base model identity, env and data identity,
     expert, budget in steps, optimiser, episode limits, skill sections, seed), the code that builds and trains
-    on the cloning data, the torch version and the torch thread count (a different reduction split may change
-    the last bits). Method-only settings (the RL method, its skill budgets) are not in it: GRPO and SkillDuet
+    on the cloning data, the torch version, the torch thread count (a different reduction split may change
+    the last bits) and the CPU kernels torch runs (``core.cpu_kernels``: AVX-512 and AVX2 kernels round
+    differently). Method-only settings (the RL method, its skill budgets) are not in it: GRPO and SkillDuet
     runs of one setting start from the same model."""
 
     return {"artefact": "warm-start", "format": FORMAT_VERSION, **settings,
-            "code": code_digest(*WARM_START_CODE), "torch": torch.__version__, "threads": torch.get_num_threads()}
+            "code": code_digest(*WARM_START_CODE), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpu_kernels": cpu_kernels()}
 
 
 def cache_key(settings: dict[str, Any]) -> str:

@@ -89,10 +89,13 @@ def test_plot_run_writes_all_pngs(tmp_path):
             f.write(json.dumps({"step": step, "success": step / 8, "success/cool": step / 4, "success/look": 0.0,
                                 "opd/gate_mean": 0.5, "opd/gate_active_ratio": 0.4,
                                 "opd/teacher_minus_student": 0.01 * step, "opd/loss": -0.1,
+                                "teacher_check/success_with_local": 0.5, "teacher_check/success_without_local": 0.25,
                                 "global/items": float(step // 2), "global/tokens": 4.0 * (step // 2)}) + "\n")
         f.write(json.dumps({"event": "summary", "success_before": 0.0}) + "\n")
+    roles = {"student_before": 0.2, "teacher_before": 0.6, "student_after": 0.5, "teacher_after": 0.7, "tasks": 5}
+    (tmp_path / "summary.json").write_text(json.dumps({"teacher": {"sampled": roles}}))
     paths = plot_run(tmp_path)
-    assert [p.name for p in paths] == ["success_per_task_type.png", "opd_gate.png",
+    assert [p.name for p in paths] == ["success_per_task_type.png", "opd_gate.png", "mechanism.png",
                                        "strength_per_consolidation.png", "global_size.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000

@@ -69,14 +69,26 @@ def model_fingerprint(model_dir: str | Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Callable[[int], Any], games: int,
-                     expert: str = "search", episodes_per_game: int = 1, steps: int, batch_size: int,
-                     learning_rate: float, skill_fraction: float, max_turns: int, max_total_tokens: int,
-                     skill_token_budget: int, skill_position: str, seed: int, cache_root: str | Path,
-                     env_identity: dict[str, Any], log: Callable[[str], None] = print,
-                     workers: int = 1, design: str = "search",
-                     reading: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
-    """The warm-started model folder for these settings: built once, then reused from ``cache_root``.
+def cache_settings(base_model_dir: str | Path, *, env_name: str, games: int, expert: str = "search",
+                   episodes_per_game: int = 1, steps: int, batch_size: int, learning_rate: float,
+                   skill_fraction: float, max_turns: int, max_total_tokens: int, skill_token_budget: int,
+                   skill_position: str, seed: int, env_identity: dict[str, Any], design: str = "search",
+                   reading: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings a warm-started model depends on (:func:`warm_start_model`'s, less how it is run: the env
+    factory, the cache folder, the log and the worker count), as :func:`cache_key` reads them."""
+    return {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
+            "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,
+            "batch_size": batch_size, "learning_rate": learning_rate, "skill_fraction": skill_fraction,
+            "max_turns": max_turns, "max_total_tokens": max_total_tokens, "skill_token_budget": skill_token_budget,
+            "skill_position": skill_position, "seed": seed, "design": design,
+            **({"reading": reading} if design == "reading" else {})}
+
+
+def warm_start_model(base_model_dir: str | Path, *, make_env: Callable[[int], Any], cache_root: str | Path,
+                     log: Callable[[str], None] = print, workers: int = 1,
+                     **settings_kw: Any) -> tuple[Path, dict[str, Any]]:
+    """The warm-started model folder for these settings (:func:`cache_settings`' keywords): built once, then
+    reused from ``cache_root``.
 
     The folder is complete or absent (``artefacts.building``: built beside it, every file's sha256 in its
     marker, fsynced, renamed into place), so a killed warm start is rebuilt, never reused. ``make_env(n)``
@@ -87,12 +99,7 @@ def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Cal
     ``(folder, info)``; ``info`` is the stored summary (``cached`` tells whether it was reused).
     """
 
-    settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
-                "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,
-                "batch_size": batch_size, "learning_rate": learning_rate, "skill_fraction": skill_fraction,
-                "max_turns": max_turns, "max_total_tokens": max_total_tokens,
-                "skill_token_budget": skill_token_budget, "skill_position": skill_position, "seed": seed,
-                "design": design, **({"reading": reading} if design == "reading" else {})}
+    settings = cache_settings(base_model_dir, **settings_kw)
     key = warm_start_key(settings)
     out = Path(cache_root) / "warmstart" / cache_key(settings)
     marker = read_marker(out, key)

@@ -65,8 +65,8 @@ class WarmStartConfig:
                           "not know where it is, so the clone learns to search) or walkthrough (the game file's "
                           "stored plan); WebShop: search (the searching shopper, reads the instruction only) or "
                           "walkthrough (a shopper that goes straight to the goal product)", choices=EXPERTS)
-    episodes_per_game: int = setting(2, "expert episodes per game (the searching expert visits receptacles in a "
-                                     "different seeded order in each)", kind="int", lo=1)
+    episodes_per_game: int = setting(2, "design=search: expert episodes per game (the searching expert visits "
+                                     "receptacles in a different seeded order in each)", kind="int", lo=1)
     steps: int = setting(700, "optimizer steps, always all of them: the budget is in steps, never in time, so a "
                          "busy machine takes longer but makes the same model (a time estimate and a progress bar "
                          "say how long); the result is cached by a hash of everything it depends on, and an "
@@ -82,7 +82,8 @@ class WarmStartConfig:
                            "setting only: any count trains bit-for-bit the same model, so it is not part of the "
                            "cache key", kind="int", lo=0)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
-    skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section written by "
+    skill_fraction: float = setting(0.5, "design=search: share of episodes whose first prompt carries a skill "
+                                    "section written by "
                                     "the offline analyzer from other expert episodes: half a '## Hindsight skill' "
                                     "(the OPD teacher's Local skill) from another episode of the same game, which "
                                     "the expert then acts on, half a '## Skills' Global of the task type, so the "

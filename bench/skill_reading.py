@@ -1,14 +1,21 @@
 """Probe: does a warm-started model read a Local skill? On each game of a panel, another expert episode of the same
-game (seed 1) gives the analyzer's Local skill (``warmstart.episodes.analyzer_skill``: it says where the target was
-taken); the expert that acts on it (``hint``) plays the episode that is teacher-forced. Each turn scores every
+game (seed 1) gives the analyzer's Local skill (``warmstart.episodes.analyzer_skill``: its first line names where
+the target was taken, and for ``look`` where the lamp was used, exactly as the actions name them); the expert
+that acts on it (``hint``) plays the episode that is teacher-forced. Each turn scores every
 admissible action (choose mode) with the first prompt holding no skill section, that Local skill under
 ``## Hindsight skill`` (same game), the Local skill of another game of the task type (same form, wrong
 content) or length-matched neutral text. A model that reads skills puts more probability on the hinted expert's
 action with the same-game skill than without or with the others. ``gaps`` gives the same-game skill minus each
-control with a paired 95% bootstrap interval over the games, and whether all three clear the gate (20 points).
+control with a paired 95% bootstrap interval over the games, the ceiling (the largest gap a perfect reader could
+show: 100 minus the control's accuracy) and whether all three clear the gate (20 points), over all turns and at
+the deciding turn (the first where the skill-following expert departs from the plain search). ``--success`` adds
+greedy success with no skill and with each game's own Local skill (student and OPD teacher) on the RL games and
+the panel.
 
-    python bench/skill_reading.py                       # the demo's warm start (cached), valid_unseen games
-    python bench/skill_reading.py --panel train         # the games it was cloned on
+    python bench/skill_reading.py                                   # the demo's warm start (cached), valid_unseen
+    python bench/skill_reading.py --set warm_start.design=reading   # the reading design's clone
+    python bench/skill_reading.py --set warm_start.design=reading --panel-per-type 10 --success
+    python bench/skill_reading.py --panel train                     # the games the demo's clone was cloned on
 """
 
 from __future__ import annotations
@@ -38,30 +45,33 @@ def probe(model, chat, env, tasks, env_name: str, max_turns: int, max_total_toke
           play_hinted: Callable | None = None) -> dict:
     """Per condition: turns, expert action ranked first (``accuracy``), mean log-prob of the expert's action, and
     ``first_skill_turn``: the same at the first turn where the skill-following expert departs from the searching
-    one (where the skill's content decides the action). ``per_game`` (hits per turn, per condition) feeds
-    :func:`gaps`. ``play_hinted(env, task, donor_actions)``: the expert the same-game skill describes (default: the
+    one (where the skill's content decides the action); ``gaps`` over all turns and ``deciding_gaps`` at that
+    turn (:func:`gaps`); ``per_game`` (hits per turn, per condition) feeds both.
+    ``play_hinted(env, task, donor_actions)``: the expert the same-game skill describes (default: the
     environment's, with the donor's actions as its hint)."""
     import torch
 
     from skillduet_plugin.rollout.choice import action_response, candidate_logprobs
     from skillduet_plugin.runs.evaluate import neutral_text
     from skillduet_plugin.warmstart.episodes import analyzer_skill, layout_episode, play_expert
+    from skillduet_plugin.warmstart.reading import DONOR_TURNS
     from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections, skill_section
 
     if play_hinted is None:
         def play_hinted(env_, task_, hint):
             return play_expert(env_, task_, max_turns=max_turns, seed=0, hint=hint)
 
-    donors = {t: play_expert(env, t, max_turns=max_turns, seed=1) for t in tasks}
+    donors = {t: play_expert(env, t, max_turns=DONOR_TURNS, seed=1) for t in tasks}
     skills = {t: analyzer_skill(d, env_name) for t, d in donors.items() if d.won}
     stats = {c: {"hits": 0, "turns": 0, "logp": [], "first_hits": 0, "first_turns": 0} for c in CONDITIONS}
     per_game: dict[str, dict[str, list[int]]] = {}
+    deciding: dict[str, int | None] = {}
     for t in tasks:
         if t not in skills:
             continue
         rec = play_hinted(env, t, donors[t].actions)
         plain = play_expert(env, t, max_turns=max_turns, seed=0).actions
-        first = next((k for k, (a, b) in enumerate(zip(rec.actions, plain)) if a != b), None)
+        first = deciding[t] = next((k for k, (a, b) in enumerate(zip(rec.actions, plain)) if a != b), None)
         other = [o for o in skills if o != t and donors[o].scope == rec.scope]
         texts = {"none": None, "same_game": skills[t], "other_game": skills[other[0]] if other else None,
                  "neutral": neutral_text(len(chat.encode(skills[t])), chat.tokenizer)}
@@ -97,15 +107,17 @@ def probe(model, chat, env, tasks, env_name: str, max_turns: int, max_total_toke
                   "first_skill_turn": {"turns": s["first_turns"],
                                        "accuracy": round(s["first_hits"] / max(1, s["first_turns"]), 4)}}
               for c, s in stats.items()}
-    return {**result, "gaps": gaps(per_game), "per_game": per_game}
+    return {**result, "gaps": gaps(per_game), "deciding_gaps": gaps(deciding_turns(per_game, deciding)),
+            "per_game": per_game}
 
 
 def gaps(per_game: dict[str, dict[str, list[int]]], *, gate_points: float = GATE_POINTS,
          n_boot: int = 10000) -> dict:
     """Same-game skill minus each control, in points of "expert action ranked first", with a paired 95%
     bootstrap interval over the games (``core.stats.bootstrap_interval``: each game's accuracy over the turns
-    both conditions scored, so a game's difficulty cancels). ``gate``: whether every control's gap is at least
-    ``gate_points`` (``gate_low``: whether every interval's low end is)."""
+    both conditions scored, so a game's difficulty cancels), and the ``ceiling``: the largest gap a perfect
+    reader could show on those turns (100 minus the control's accuracy). ``gate``: whether every control's gap
+    is at least ``gate_points`` (``gate_low``: whether every interval's low end is)."""
     from skillduet_plugin.core.stats import bootstrap_interval
 
     out: dict = {}
@@ -125,7 +137,8 @@ def gaps(per_game: dict[str, dict[str, list[int]]], *, gate_points: float = GATE
             continue
         iv = bootstrap_interval(a, b, n_boot=n_boot)
         out[control] = {"games": len(a), "points": round(100 * iv.estimate, 1),
-                        "ci": [round(100 * iv.low, 1), round(100 * iv.high, 1)]}
+                        "ci": [round(100 * iv.low, 1), round(100 * iv.high, 1)],
+                        "ceiling": round(100 * (1 - statistics.fmean(b)), 1)}
     present = [g for g in out.values() if g is not None]
     out["gate"] = bool(present) and len(present) == len(CONDITIONS) - 1 and all(
         g["points"] >= gate_points for g in present)
@@ -133,12 +146,92 @@ def gaps(per_game: dict[str, dict[str, list[int]]], *, gate_points: float = GATE
     return out
 
 
+def deciding_turns(per_game: dict[str, dict[str, list[int]]], first: dict[str, int | None]) -> dict:
+    """Per game with a deciding turn (``first[game]``: the first turn where the skill-following expert departs
+    from the plain search), each condition's hit at that turn: what :func:`gaps` reads for the deciding turn."""
+    return {g: {c: hits[first[g]:first[g] + 1] for c, hits in conds.items() if first[g] < len(hits)}
+            for g, conds in per_game.items() if first.get(g) is not None}
+
+
+class LocalSkillCondition:
+    """What ``rollout.collector.run_episodes`` calls for skills (a lifecycle's ``student_messages`` and
+    ``global_for``): each episode's first prompt carries the Local skill of its own game, as the OPD teacher's
+    ``## Hindsight skill`` section (scope = the task id)."""
+
+    def __init__(self, skills: dict[str, str], tokenizer, budget: int) -> None:
+        from types import SimpleNamespace
+
+        self.skills, self.tokenizer, self.budget = skills, tokenizer, budget
+        self.mode = "local"
+        self.config = SimpleNamespace(scope="task", use_global=True)
+
+    def global_for(self, scope: str):
+        from skillduet_plugin.skills.types import GlobalSkills
+
+        return GlobalSkills(scope=scope, version=None, text="")
+
+    def student_messages(self, prompt_messages, *, task: str, scope: str, **_):
+        from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections, skill_section
+
+        text = self.skills.get(scope, "")
+        if not text:
+            return [dict(m) for m in prompt_messages]
+        section = skill_section(LOCAL_HEADER, text, self.budget, self.tokenizer)
+        return insert_sections(prompt_messages, [section], task=task, position="after_task")
+
+
+def success(model, tokenizer, config, env_kwargs: dict, tasks: list[str]) -> dict:
+    """Greedy success (choose mode) on ``tasks`` with no skill and with each game's own Local skill (from its
+    seed-1 expert episode, as the probe's): how much better the OPD teacher is than the student."""
+    from skillduet_plugin.envs import make
+    from skillduet_plugin.envs.pool import EnvPool
+    from skillduet_plugin.runs.evaluate import GlobalCondition, play_panel
+    from skillduet_plugin.warmstart.episodes import LOCAL_SKILL_TOKENS, analyzer_skill, play_expert
+    from skillduet_plugin.warmstart.reading import DONOR_TURNS
+
+    env = make(config.env, **env_kwargs)
+    try:
+        donors = {t: play_expert(env, t, max_turns=DONOR_TURNS, seed=1) for t in tasks}
+    finally:
+        env.close()
+    skills = {t: analyzer_skill(d, config.env) for t, d in donors.items() if d.won}
+    pool = EnvPool(config.env, num_workers=0, env_kwargs=env_kwargs)
+    out = {"games": len(tasks), "with_skill": len(skills)}
+    try:
+        for name, cond in (("none", GlobalCondition("none", None)),
+                           ("own_local", LocalSkillCondition(skills, tokenizer, LOCAL_SKILL_TOKENS))):
+            eps = play_panel(model, tokenizer, tasks, env_name=config.env, pool=pool, condition=cond,
+                             max_turns=config.max_turns, max_new_tokens=config.max_new_tokens_per_turn,
+                             max_total_tokens=config.max_total_tokens, action_selection="choose")
+            out[name] = round(100 * statistics.fmean(float(bool(ep.won)) for ep in eps), 1)
+    finally:
+        pool.close()
+    return out
+
+
+def panel_env_kwargs(config, split: str, per_type: int) -> dict:
+    """The env keywords of the probe's panel: ``split`` of the run's data, or with ``per_type`` > 0 a generated
+    ``split`` of that many games per task type (seed 0: its first games are the default split's)."""
+    from skillduet_plugin.envs.alfworld.generator import ensure_default_data
+    from skillduet_plugin.runs.environment import env_kwargs
+
+    kw = env_kwargs(config, split)
+    if per_type:
+        kw["data_dir"] = str(ensure_default_data(split, per_type))
+    return kw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=700, help="warm-start cloning steps (700: the demo's)")
-    parser.add_argument("--skill-fraction", type=float, default=0.5)
+    parser.add_argument("--set", action="append", default=[], help="run-config overrides (key=value), e.g. "
+                        "warm_start.design=reading; the clone is the one `skillduet train` with them starts from")
+    parser.add_argument("--model", default=None, help="the run's model (default: the config's, tiny)")
     parser.add_argument("--panel", default="valid_unseen")
-    parser.add_argument("--games", type=int, default=48, help="the panel's first N games")
+    parser.add_argument("--panel-per-type", type=int, default=0, help="a generated panel of this many games per "
+                        "task type (0: the run's split as it is)")
+    parser.add_argument("--games", type=int, default=0, help="the panel's first N games (0: all)")
+    parser.add_argument("--success", action="store_true", help="also greedy success with no skill and with each "
+                        "game's own Local skill, on the RL games and on the panel")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -147,26 +240,37 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skillduet_plugin.core.conversation import ChatTokenizer
+    from skillduet_plugin.envs import make
     from skillduet_plugin.runs.config import load_run_config
-    from skillduet_plugin.runs.environment import make_env
-    from skillduet_plugin.runs.trl_runner import set_threads
+    from skillduet_plugin.runs.environment import env_kwargs
+    from skillduet_plugin.runs.trl_runner import interleave_by_type, set_threads, train_tasks
     from skillduet_plugin.warmstart.episodes import LOCAL_SKILL_TOKENS
 
-    config = load_run_config(None, [f"warm_start.steps={args.steps}", f"seed={args.seed}",
-                                    f"warm_start.skill_fraction={args.skill_fraction}"])
+    config = load_run_config(None, [f"seed={args.seed}", *([f"model={args.model}"] if args.model else []),
+                                    *args.set])
     set_threads(config)
     t0 = time.time()
     folder, info = _common.warm_started(config)
+    clone_s = time.time() - t0
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))
-    panel_env = make_env(config, args.panel)
-    tasks = list(panel_env.tasks)[:args.games]
-    result = probe(model, chat, panel_env, tasks, config.env, config.warm_start.max_turns or config.max_turns,
-                   config.max_total_tokens, LOCAL_SKILL_TOKENS)
+    max_turns = config.warm_start.max_turns or config.max_turns
+    panel_kw = panel_env_kwargs(config, args.panel, args.panel_per_type)
+    panel_env = make(config.env, **panel_kw)
+    tasks = interleave_by_type(panel_env, list(panel_env.tasks), args.games)
+    result = probe(model, chat, panel_env, tasks, config.env, max_turns, config.max_total_tokens, LOCAL_SKILL_TOKENS)
+    panel_env.close()
     result.pop("per_game")
-    _common.probe_output({"steps": args.steps, "skill_fraction": args.skill_fraction, "panel": args.panel,
-                          "games": len(tasks), "warm_start_loss": info.get("loss_last"), "result": result},
-                         args.json, t0)
+    kept = ("loss_first", "loss_last", "episodes", "expert_won", "seconds", "build_seconds", "cached")
+    out = {"config": args.set, "model": config.model, "panel": args.panel, "panel_per_type": args.panel_per_type,
+           "games": len(tasks), "warm_start": {k: info.get(k) for k in kept}, "clone_wall_s": round(clone_s, 1),
+           "result": result}
+    if args.success:
+        out["success"] = {
+            "rl_games": success(model, chat.tokenizer, config, env_kwargs(config, config.train_split),
+                                train_tasks(config)),
+            "panel": success(model, chat.tokenizer, config, panel_kw, tasks)}
+    _common.probe_output(out, args.json, t0)
 
 
 if __name__ == "__main__":

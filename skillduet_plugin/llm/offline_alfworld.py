@@ -1,7 +1,11 @@
 """ALFWorld rules of the offline analyzer: task parsing, action state tracking, procedures and corrections.
 
 Everything is derived from the trajectory's own actions and observations plus the six ALFWorld task templates;
-instance numbers are dropped ("knife 1" -> "the knife") so a skill carries over to other games of its type.
+instance numbers are dropped ("knife 1" -> "the knife") so a skill carries over to other games of its type, except
+in a Local skill's first line (:func:`found_line`): where this game's target was taken, and for ``look`` where the
+lamp was used, named exactly as the actions name them ("go to cabinet 2 and take mug 1 from cabinet 2"), so that
+a policy can copy them into its actions. That line starts with ``GAME_LINE_PREFIX``, and the offline synthesizer
+drops it: a Global holds class-level text only.
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from skillduet_plugin.llm.offline_common import (OfflineRules, Traj, find_loop, first_divergence, join_list, quote,
-                                                 register_offline_rules, strip_instance)
+from skillduet_plugin.llm.offline_alfworld_actions import Act, parse_action, phrase
+from skillduet_plugin.llm.offline_common import (GAME_LINE_PREFIX, OfflineRules, Traj, find_loop, first_divergence,
+                                                 join_list, quote, register_offline_rules, strip_instance)
 
 # task type -> templates (alfworld 0.4 goal library), most specific first
 _TASK_TEMPLATES: list[tuple[str, str]] = [
@@ -59,59 +64,6 @@ def parse_task(task: str, scope: str = "") -> AlfTask:
             groups = {k: strip_instance(v) for k, v in m.groupdict().items()}
             return AlfTask(task_type, groups.get("obj"), groups.get("recep"), groups.get("lamp"), text)
     return AlfTask(scope or "unknown", text=text)
-
-
-@dataclass(frozen=True)
-class Act:
-    verb: str
-    obj: str | None = None   # instance name as in the game ("knife 1")
-    recep: str | None = None
-
-    @property
-    def o(self) -> str:
-        return strip_instance(self.obj or "")
-
-    @property
-    def r(self) -> str:
-        return strip_instance(self.recep or "")
-
-
-_ACTION_PATTERNS: list[tuple[str, str]] = [
-    ("go", r"go to (?P<r>.+)"), ("open", r"open (?P<r>.+)"), ("close", r"close (?P<r>.+)"),
-    ("take", r"take (?P<o>.+?) from (?P<r>.+)"),
-    ("move", r"(?:move|put) (?P<o>.+?) (?:to|in|on|into|onto|in/on) (?P<r>.+)"),
-    ("clean", r"clean (?P<o>.+?) with (?P<r>.+)"), ("heat", r"heat (?P<o>.+?) with (?P<r>.+)"),
-    ("cool", r"cool (?P<o>.+?) with (?P<r>.+)"), ("slice", r"slice (?P<o>.+?) with (?P<r>.+)"),
-    ("use", r"use (?P<o>.+)"), ("examine", r"examine (?P<o>.+)"),
-    ("look", r"look"), ("inventory", r"inventory"), ("help", r"help"),
-]
-
-
-def parse_action(action: str) -> Act:
-    text = action.strip().lower()
-    for verb, pattern in _ACTION_PATTERNS:
-        m = re.fullmatch(pattern, text)
-        if m:
-            return Act(verb, m.groupdict().get("o"), m.groupdict().get("r"))
-    return Act("other", text)
-
-
-def phrase(act: Act) -> str:
-    """The action with instance numbers dropped: ``take knife 1 from countertop 2`` -> ``take the knife from
-    the countertop``."""
-    if act.verb == "go":
-        return f"go to the {act.r}"
-    if act.verb in ("open", "close"):
-        return f"{act.verb} the {act.r}"
-    if act.verb == "take":
-        return f"take the {act.o} from the {act.r}"
-    if act.verb == "move":
-        return f"move the {act.o} to the {act.r}"
-    if act.verb in ("clean", "heat", "cool", "slice"):
-        return f"{act.verb} the {act.o} with the {act.r}"
-    if act.verb in ("use", "examine"):
-        return f"{act.verb} the {act.o}"
-    return act.verb if act.verb != "other" else (act.obj or "")
 
 
 @dataclass
@@ -186,6 +138,34 @@ def _why_invalid(act: Act, location: str | None, holding: str | None, closed: se
     if act.verb in ("open", "close", "use") and location is None:
         return f"{said} failed: go to it first"
     return f"{said} is not an admissible command: copy an action from the admissible list exactly"
+
+
+def found_line(task: AlfTask, traj: Traj) -> str | None:
+    """Where this game's target was taken (and, for ``look``, where the lamp was used), exactly as the actions name
+    those receptacles: ``In this game: the mug was in cabinet 2: go to cabinet 2 and take mug 1 from cabinet
+    2.`` None when the trajectory never took the target."""
+    if task.obj is None:
+        return None
+    here: str | None = None
+    places: list[str] = []
+    steps: list[str] = []
+    lamp_at = ""
+    for step in traj.steps:
+        act = parse_action(step.action)
+        if step.invalid:
+            continue
+        if act.verb == "go":
+            here = act.recep
+        elif act.verb == "take" and act.o == task.obj and act.recep and act.recep not in places:
+            places.append(act.recep)
+            steps.append(f"go to {act.recep} and take {act.obj} from {act.recep}")
+        elif act.verb == "use" and task.lamp and act.o == task.lamp and here and not lamp_at and places:
+            lamp_at = here
+            steps.append(f"go to {here} and use {act.obj}")
+    if not places:
+        return None
+    where = f"the {task.obj} was in {' and '.join(places)}" + (f", the {task.lamp} at {lamp_at}" if lamp_at else "")
+    return f"{GAME_LINE_PREFIX} {where}: " + ", then ".join(steps) + "."
 
 
 def _station(task: AlfTask, *trajs: Traj) -> str:
@@ -333,16 +313,21 @@ def waste_lines(traj: Traj) -> list[str]:
 
 def correction(task: AlfTask, traj: Traj) -> list[str]:
     station = _station(task, traj)
-    lines = requirement_issues(task, traj, station)
+    lines = _found(task, traj) + requirement_issues(task, traj, station)
     order = required_order(task, station)
     if order:
         lines.append(f"For {_type_phrase(task)} tasks the required order is: {order}.")
     return lines + waste_lines(traj)
 
 
+def _found(task: AlfTask, traj: Traj) -> list[str]:
+    line = found_line(task, traj)
+    return [line] if line else []
+
+
 def local_procedure(task: AlfTask, traj: Traj) -> list[str]:
     rep = replay(traj)
-    lines = [procedure(task, traj)]
+    lines = _found(task, traj) + [procedure(task, traj)]
     order = required_order(task, _station(task, traj))
     if order:
         lines.append(f"Sub-goal order: {order}; objects are typed, so any numbered {task.obj} works.")
@@ -355,7 +340,7 @@ def local_procedure(task: AlfTask, traj: Traj) -> list[str]:
 def pair(task: AlfTask, success: Traj, failure: Traj) -> list[str]:
     """What distinguishes the success from the failure, then the success's procedure."""
     station = _station(task, success, failure)
-    lines: list[str] = []
+    lines: list[str] = _found(task, success)
     s_miles = [phrase(a) for _, a in replay(success).milestones]
     f_miles = [phrase(a) for _, a in replay(failure).milestones]
     k = first_divergence(s_miles, f_miles)
@@ -366,7 +351,7 @@ def pair(task: AlfTask, success: Traj, failure: Traj) -> list[str]:
         lines.append(f"Key decision: {after}do '{s_miles[k]}' next (the successful attempt did); {instead}.")
     for issue in requirement_issues(task, failure, station)[:2]:
         lines.append(f"In the failed attempt: {issue[0].lower()}{issue[1:]}")
-    if not lines:
+    if len(lines) == len(_found(task, success)):
         s_useful = [phrase(a) for _, a in replay(success).useful]
         f_useful = [phrase(a) for _, a in replay(failure).useful]
         d = first_divergence(s_useful, f_useful)

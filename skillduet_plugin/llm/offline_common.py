@@ -17,6 +17,9 @@ from skillduet_plugin.core.registry import Registry
 from skillduet_plugin.llm.base import PermanentError
 
 NOTHING_HAPPENS = "Nothing happens."
+#: The start of a Local skill's line that holds for one game only (where this game's objects are, named exactly
+#: as its actions name them): the offline synthesizer drops such lines, so a Global stays class-level.
+GAME_LINE_PREFIX = "In this game:"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Synthesizer rules of the offline backend: merge new skills into a Global, and compress a Global.
 
 Items are compared on their content words; near-duplicates (high overlap) are merged keeping the most
-specific text. Token counts are whitespace words, an approximation of the caller's tokenizer budget.
+specific text. Token counts are whitespace words, an approximation of the caller's tokenizer budget. A Global
+holds class-level text only: a Local skill's line that holds for one game (it starts with ``GAME_LINE_PREFIX``:
+where that game's objects were, with their instance numbers) never enters it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import re
 import unicodedata
 from functools import lru_cache
 from typing import Iterator, Sequence
+
+from skillduet_plugin.llm.offline_common import GAME_LINE_PREFIX
 
 _STOPWORDS = frozenset(
     "a an the and or of to in on at for with it its is are was were be been this that then than as by from "
@@ -57,6 +61,11 @@ def split_items(text: str) -> list[str]:
         sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", lines[0])
         return [s.strip() for s in sentences if s.strip()]
     return lines
+
+
+def class_level(items: Sequence[str]) -> list[str]:
+    """The items that are not one game's own line (``GAME_LINE_PREFIX``): what can carry over to other games."""
+    return [item for item in items if not item.startswith(GAME_LINE_PREFIX)]
 
 
 def _specificity(item: str) -> tuple[int, int]:
@@ -123,8 +132,8 @@ def fit_budget(items: Sequence[str], budget_tokens: int) -> list[str]:
 def synthesize(current: Sequence[str], new: Sequence[str], budget_tokens: int) -> list[str]:
     """Current items first, then new items in the order given, near-duplicates merged; when over budget,
     items sharing a theme are merged (the most specific wording kept) before the last ones are dropped."""
-    items = dedupe([c for text in current for c in split_items(text)]
-                   + [n for text in new for n in split_items(text)])
+    items = dedupe(class_level([c for text in current for c in split_items(text)]
+                               + [n for text in new for n in split_items(text)]))
     if _cost(items) > budget_tokens:
         for score, merged in _merges(items):
             if score < THEME_OVERLAP:
@@ -137,7 +146,7 @@ def synthesize(current: Sequence[str], new: Sequence[str], budget_tokens: int) -
 
 def compress(items: Sequence[str], target_items: int) -> list[str]:
     """At most ``target_items`` items: duplicates removed, then overlapping items merged by theme."""
-    flat = dedupe([i for text in items for i in split_items(text)])
+    flat = dedupe(class_level([i for text in items for i in split_items(text)]))
     return cluster(flat, target_items) if len(flat) > target_items else flat
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from skillduet_plugin.core.settings import (ConfigError, check, check_keys, chec
 from skillduet_plugin.envs.registry import env_names, env_spec
 from skillduet_plugin.runs.env_defaults import TINY_TASK_TYPES, run_defaults
 from skillduet_plugin.runs.overrides import key_paths, merge, parse_overrides, set_path
-from skillduet_plugin.warmstart import EXPERTS
+from skillduet_plugin.warmstart import DESIGNS, EXPERTS
 from skillduet_plugin.warmstart.tiny_model import SIZES as TINY_SIZES
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -42,14 +43,30 @@ class WarmStartConfig:
 
     enabled: Any = setting("auto", "auto (on for tiny models, off for real checkpoints), true or false",
                            choices=("auto", True, False), fix="expected auto, true or false")
-    games: int = setting(72, "training games whose expert episodes are cloned (the first of the train split)",
-                         kind="int", lo=1)
+    design: str = setting("search", "what the cloning data teaches: search (the expert's episodes on training "
+                          "games, a share of them with a skill section: skill_fraction) or reading (per game of the "
+                          "warm start's own split, clone_split: the game's Local skill naming where the target is, "
+                          "counterfactuals stand-in skills naming other receptacles of the room, which the expert "
+                          "visits first, and no skill; so the clone learns to act on a skill's words; ALFWorld)",
+                          choices=DESIGNS)
+    games: int = setting(72, "training games whose expert episodes are cloned (the first of the train split; with "
+                         "design=reading they get the reading design's episodes too, 0: none)", kind="int", lo=0)
+    clone_split: str = setting("clone", "design=reading: the split its games come from, never the RL games nor the "
+                               "panel (generated on first use with generated games; with data_dir, a split of "
+                               "that folder)", kind="str")
+    clone_games: int = setting(500, "design=reading: games of clone_split cloned, round-robin over task types",
+                               kind="int", lo=1)
+    counterfactuals: int = setting(3, "design=reading: episodes per game whose Local skill names stand-in "
+                                   "receptacles of the same room (where the expert then looks first)", kind="int",
+                                   lo=0)
+    global_episodes: int = setting(0, "design=reading: episodes per game with a Global of the task type (from "
+                                   "other games' skills) and the expert's plain search", kind="int", lo=0)
     expert: str = setting("search", "ALFWorld: search (an expert that looks for the target like a player who does "
                           "not know where it is, so the clone learns to search) or walkthrough (the game file's "
                           "stored plan); WebShop: search (the searching shopper, reads the instruction only) or "
                           "walkthrough (a shopper that goes straight to the goal product)", choices=EXPERTS)
-    episodes_per_game: int = setting(2, "expert episodes per game (the searching expert visits receptacles in a "
-                                     "different seeded order in each)", kind="int", lo=1)
+    episodes_per_game: int = setting(2, "design=search: expert episodes per game (the searching expert visits "
+                                     "receptacles in a different seeded order in each)", kind="int", lo=1)
     steps: int = setting(700, "optimizer steps, always all of them: the budget is in steps, never in time, so a "
                          "busy machine takes longer but makes the same model (a time estimate and a progress bar "
                          "say how long); the result is cached by a hash of everything it depends on, and an "
@@ -65,7 +82,8 @@ class WarmStartConfig:
                            "setting only: any count trains bit-for-bit the same model, so it is not part of the "
                            "cache key", kind="int", lo=0)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
-    skill_fraction: float = setting(0.5, "share of episodes whose first prompt carries a skill section written by "
+    skill_fraction: float = setting(0.5, "design=search: share of episodes whose first prompt carries a skill "
+                                    "section written by "
                                     "the offline analyzer from other expert episodes: half a '## Hindsight skill' "
                                     "(the OPD teacher's Local skill) from another episode of the same game, which "
                                     "the expert then acts on, half a '## Skills' Global of the task type, so the "
@@ -77,6 +95,8 @@ class WarmStartConfig:
 
     def validate(self) -> None:
         validate_fields(self, "warm_start.")
+        if self.design == "search" and self.games < 1:
+            invalid("warm_start.games", self.games, "design=search clones training games: expected at least 1")
 
 
 @dataclass
@@ -198,6 +218,11 @@ class RunConfig:
                 invalid("task_types", self.task_types, f"{', '.join(unknown)} unknown: {self.env} task types are "
                         f"{', '.join(known)} (or null for all)")
         self.warm_start.validate()
+        factory = env_spec(self.env).make_expert
+        takes_hint = factory is not None and "hint" in inspect.signature(factory).parameters
+        if self.warm_start.design == "reading" and not takes_hint:
+            invalid("warm_start.design", "reading", f"env {self.env!r} has no expert that acts on a skill: use "
+                    f"warm_start.design=search")
         self.method_config()  # raises ConfigError naming the skillduet.* field
 
     def check_resources(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from skillduet_plugin.core.scores import select_top
 from skillduet_plugin.core.selectors import get_selector
 from skillduet_plugin.llm.base import ChatRequest
+from skillduet_plugin.llm.offline_common import GAME_LINE_PREFIX
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
 from skillduet_plugin.skills.near_duplicates import first_near_duplicates
 from skillduet_plugin.skills.prompts import render as render_prompt
@@ -166,9 +167,10 @@ def clean_items(items: Sequence[str], max_chars: int, special_tokens: Sequence[s
 
 
 def skill_as_item(skill: Skill) -> str:
-    """A Local skill flattened to one Global item (the fallback when the synthesizer fails)."""
+    """A Local skill flattened to one Global item (the fallback when the synthesizer fails), without its lines
+    that hold for one game only (``GAME_LINE_PREFIX``: a Global stays class-level)."""
     lines = [ln.strip().lstrip("-*• ").strip() for ln in skill.text.splitlines() if ln.strip()]
-    return "; ".join(lines)
+    return "; ".join(ln for ln in lines if not ln.startswith(GAME_LINE_PREFIX))
 
 
 def theme_groups(items: Sequence[str]) -> list[list[int]]:

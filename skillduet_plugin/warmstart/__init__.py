@@ -4,3 +4,6 @@ of warm-started models (``cache``). Below the run tooling: nothing here imports 
 
 #: The experts a warm start can clone (``warm_start.expert``): the searching player, or the game's walkthrough.
 EXPERTS = ("search", "walkthrough")
+#: The warm start's designs (``warm_start.design``): ``search`` (a share of the episodes carries a skill section) or
+#: ``reading`` (per game the same game's Local skill, stand-in skills and none: ``warmstart.reading``).
+DESIGNS = ("search", "reading")

@@ -19,8 +19,9 @@ from tqdm.auto import tqdm
 from skillduet_plugin.core.artefacts import building, code_digest, digest_key, read_marker
 from skillduet_plugin.core.cpu_kernels import cpu_kernels
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.warmstart.episodes import (build_cloning_data, clone, expert_takes_hint, plan_skill_sections,
-                                                 play_expert)
+from skillduet_plugin.warmstart.episodes import (ExpertRecord, SkillPlan, build_cloning_data, clone,
+                                                 expert_takes_hint, plan_skill_sections, play_expert)
+from skillduet_plugin.warmstart.reading import describe, reading_data
 
 FORMAT_VERSION = 2  # 2: complete-or-absent folders, no wall-clock cap, method-independent key
 
@@ -35,7 +36,8 @@ WARM_START_CODE = ("skillduet_plugin.warmstart.episodes", "skillduet_plugin.warm
                    "skillduet_plugin.skills.inject", "skillduet_plugin.llm.offline_webshop",
                    "skillduet_plugin.envs.webshop.expert", "skillduet_plugin.envs.webshop.actions",
                    "skillduet_plugin.core.logprobs", "skillduet_plugin.rollout.responses",
-                   "skillduet_plugin.warmstart.loss")
+                   "skillduet_plugin.warmstart.loss", "skillduet_plugin.warmstart.reading",
+                   "skillduet_plugin.llm.offline_alfworld_actions")
 
 
 def warm_start_key(settings: dict[str, Any]) -> dict[str, Any]:
@@ -70,26 +72,37 @@ def model_fingerprint(model_dir: str | Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def warm_start_model(base_model_dir: str | Path, *, env_name: str, make_env: Callable[[int], Any], games: int,
-                     expert: str = "search", episodes_per_game: int = 1, steps: int, batch_size: int,
-                     learning_rate: float, skill_fraction: float, max_turns: int, max_total_tokens: int,
-                     skill_token_budget: int, skill_position: str, seed: int, cache_root: str | Path,
-                     env_identity: dict[str, Any], log: Callable[[str], None] = print,
-                     workers: int = 1) -> tuple[Path, dict[str, Any]]:
-    """The warm-started model folder for these settings: built once, then reused from ``cache_root``.
+def cache_settings(base_model_dir: str | Path, *, env_name: str, games: int, expert: str = "search",
+                   episodes_per_game: int = 1, steps: int, batch_size: int, learning_rate: float,
+                   skill_fraction: float, max_turns: int, max_total_tokens: int, skill_token_budget: int,
+                   skill_position: str, seed: int, env_identity: dict[str, Any], design: str = "search",
+                   reading: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings a warm-started model depends on (:func:`warm_start_model`'s, less how it is run: the env
+    factory, the cache folder, the log and the worker count), as :func:`cache_key` reads them."""
+    return {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
+            "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,
+            "batch_size": batch_size, "learning_rate": learning_rate, "skill_fraction": skill_fraction,
+            "max_turns": max_turns, "max_total_tokens": max_total_tokens, "skill_token_budget": skill_token_budget,
+            "skill_position": skill_position, "seed": seed, "design": design,
+            **({"reading": reading} if design == "reading" else {})}
+
+
+def warm_start_model(base_model_dir: str | Path, *, make_env: Callable[[int], Any], cache_root: str | Path,
+                     log: Callable[[str], None] = print, workers: int = 1,
+                     **settings_kw: Any) -> tuple[Path, dict[str, Any]]:
+    """The warm-started model folder for these settings (:func:`cache_settings`' keywords): built once, then
+    reused from ``cache_root``.
 
     The folder is complete or absent (``artefacts.building``: built beside it, every file's sha256 in its
     marker, fsynced, renamed into place), so a killed warm start is rebuilt, never reused. ``make_env(n)``
-    builds the training env limited to its first ``n`` tasks; ``workers`` processes compute the cloning
+    builds the training env limited to its first ``n`` tasks; ``design`` is the cloning data's design
+    (``search``, or ``reading`` with ``reading`` = ``{"env_kwargs", "games", "counterfactuals",
+    "global_episodes"}`` of its own split: ``warmstart.reading``); ``workers`` processes compute the cloning
     gradients (``warmstart.workers``; the same weights for any count, so it is not in the key). Returns
     ``(folder, info)``; ``info`` is the stored summary (``cached`` tells whether it was reused).
     """
 
-    settings = {"model": model_fingerprint(base_model_dir), "env": env_name, "env_identity": env_identity,
-                "games": games, "expert": expert, "episodes_per_game": episodes_per_game, "steps": steps,
-                "batch_size": batch_size, "learning_rate": learning_rate, "skill_fraction": skill_fraction,
-                "max_turns": max_turns, "max_total_tokens": max_total_tokens,
-                "skill_token_budget": skill_token_budget, "skill_position": skill_position, "seed": seed}
+    settings = cache_settings(base_model_dir, **settings_kw)
     key = warm_start_key(settings)
     out = Path(cache_root) / "warmstart" / cache_key(settings)
     marker = read_marker(out, key)
@@ -112,27 +125,12 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
     t0 = time.time()
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     chat = ChatTokenizer(tokenizer)
-    env = make_env(s["games"])
-    label = f"{s['expert']} expert" if callable(getattr(env, "searching_expert", None)) else "scripted expert"
-    try:
-        records = [play_expert(env, t, max_turns=s["max_turns"], kind=s["expert"], seed=k)
-                   for t in list(env.tasks)[:s["games"]] for k in range(s["episodes_per_game"])]
-        plans = plan_skill_sections(records, s["env"], skill_fraction=s["skill_fraction"],
-                                    skill_token_budget=s["skill_token_budget"], seed=s["seed"])
-        if expert_takes_hint(s["env"]):  # an episode with a Local skill is played as that skill says
-            records = [play_expert(env, rec.task_id, max_turns=s["max_turns"], kind=s["expert"], seed=rec.seed,
-                                   hint=records[plan.donor].actions)
-                       if plan is not None and plan.kind == "local" else rec for rec, plan in zip(records, plans)]
-    finally:
-        env.close()
+    records, plans = _expert_data(s, make_env, log)
     episodes = build_cloning_data(records, s["env"], chat, max_total_tokens=s["max_total_tokens"], plans=plans,
                                   skill_token_budget=s["skill_token_budget"], skill_position=s["skill_position"])
     build_s = time.time() - t0
     won = sum(ep.won for ep in episodes)
-    local = [records[p.donor].task_id == rec.task_id for rec, p in zip(records, plans) if p and p.kind == "local"]
-    log(f"warm start: {len(episodes)} {label} episodes ({won} won within {s['max_turns']} turns; with a Local "
-        f"skill: {sum(local)} from their game, {len(local) - sum(local)} from another game of the type; "
-        f"{sum(ep.with_skill for ep in episodes) - len(local)} with a Global) in {build_s:.0f}s")
+    log(f"warm start: expert episodes laid out in {build_s:.0f}s")
     torch.manual_seed(s["seed"])
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
     progress = _progress(s["steps"], "warm start (behaviour cloning)")
@@ -155,6 +153,34 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
             "settings": settings}
     (folder / "warmstart.json").write_text(json.dumps(info, indent=2, default=str))
     return info
+
+
+def _expert_data(s: dict[str, Any], make_env: Callable[[int], Any],
+                 log: Callable[[str], None]) -> tuple[list[ExpertRecord], list[SkillPlan | None]]:
+    """The expert records of the warm start and the skill section of each (``design``: search or reading)."""
+    if s["design"] == "reading":
+        eps = reading_data(s, make_env)
+        log(f"warm start: {describe(eps)} within {s['max_turns']} turns")
+        return [e.record for e in eps], [e.plan for e in eps]
+    env = make_env(s["games"])
+    label = f"{s['expert']} expert" if callable(getattr(env, "searching_expert", None)) else "scripted expert"
+    try:
+        records = [play_expert(env, t, max_turns=s["max_turns"], kind=s["expert"], seed=k)
+                   for t in list(env.tasks)[:s["games"]] for k in range(s["episodes_per_game"])]
+        plans = plan_skill_sections(records, s["env"], skill_fraction=s["skill_fraction"],
+                                    skill_token_budget=s["skill_token_budget"], seed=s["seed"])
+        if expert_takes_hint(s["env"]):  # an episode with a Local skill is played as that skill says
+            records = [play_expert(env, rec.task_id, max_turns=s["max_turns"], kind=s["expert"], seed=rec.seed,
+                                   hint=records[plan.donor].actions)
+                       if plan is not None and plan.kind == "local" else rec for rec, plan in zip(records, plans)]
+    finally:
+        env.close()
+    won = sum(rec.won for rec in records)
+    local = [records[p.donor].task_id == rec.task_id for rec, p in zip(records, plans) if p and p.kind == "local"]
+    log(f"warm start: {len(records)} {label} episodes ({won} won within {s['max_turns']} turns; with a Local "
+        f"skill: {sum(local)} from their game, {len(local) - sum(local)} from another game of the type; "
+        f"{sum(p is not None for p in plans) - len(local)} with a Global)")
+    return records, plans
 
 
 class _Estimate:

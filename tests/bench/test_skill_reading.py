@@ -1,12 +1,10 @@
-"""The skill-reading probe's gate (same-game skill minus each control, paired intervals over games) and the
-skill-following expert of ``bench/reading_levers.py`` (it also looks for the lamp where the skill says)."""
+"""The skill-reading probe's gate (same-game skill minus each control, paired intervals over games), over all
+turns and at the deciding turn, with the ceiling a perfect reader could reach; its larger generated panel."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -40,36 +38,35 @@ def test_gaps_pair_turns_within_a_game_and_need_every_control():
     assert out["other_game"] is None and not out["gate"]  # a missing control never passes the gate
 
 
-def test_lamp_classes_name_where_another_episode_used_the_lamp():
-    from bench.reading_levers import lamp_classes
+def test_deciding_turn_gaps_and_the_ceiling():
+    from bench.skill_reading import deciding_turns, gaps
 
-    assert lamp_classes(["go to desk 1", "take pen 1 from desk 1", "go to dresser 2", "use desklamp 1"]) == ("dresser",)
-    assert lamp_classes(["go to desk 1", "take pen 1 from desk 1"]) == ()
+    per_game = {"a": {"none": [1, 0, 1], "same_game": [1, 1, 1], "other_game": [1, 0, 1], "neutral": [1, 0, 1]},
+                "b": {"none": [1, 1, 0], "same_game": [1, 1, 1], "other_game": [1, 1, 1], "neutral": [0, 1, 0]},
+                "c": {"none": [0], "same_game": [0], "other_game": [0], "neutral": [0]}}
+    at = deciding_turns(per_game, {"a": 1, "b": 2, "c": None})
+    assert at == {"a": {"none": [0], "same_game": [1], "other_game": [0], "neutral": [0]},
+                  "b": {"none": [0], "same_game": [1], "other_game": [1], "neutral": [0]}}
+    decided = gaps(at, n_boot=200)
+    assert decided["none"]["points"] == 100.0 and decided["none"]["ceiling"] == 100.0
+    assert decided["other_game"]["points"] == 50.0 and decided["other_game"]["ceiling"] == 50.0
+    assert decided["gate"] is True
+    # over all turns the same skill is far less ahead, and a perfect reader could only gain the control's misses
+    every = gaps(per_game, n_boot=200)
+    assert every["none"]["ceiling"] == round(100 * (1 - (2 / 3 + 2 / 3 + 0) / 3), 1)
+    assert every["none"]["points"] < decided["none"]["points"]
+    # negative control: a game without a deciding turn is left out, not scored as a miss
+    assert "c" not in at
 
 
-@pytest.mark.slow
-def test_the_skill_following_expert_goes_to_the_lamp_where_the_skill_says(tmp_path):
-    pytest.importorskip("alfworld")
-    from bench.reading_levers import lamp_classes, play
-    from skillduet_plugin.envs import make
-    from skillduet_plugin.envs.alfworld.generator import generate_games
+def test_the_panel_can_be_a_larger_generated_split(tmp_path, monkeypatch):
+    from bench.skill_reading import panel_env_kwargs
+    from skillduet_plugin.runs.config import load_run_config
 
-    generate_games(tmp_path, "train", n_per_type=3, seed=0)
-    env = make("alfworld", data_dir=tmp_path, split="train")
-    try:
-        looks = [t for t in env.tasks if "look_at_obj_in_light" in t]
-        assert looks
-        moved = 0
-        for task in looks:
-            donor = play(env, task, max_turns=30, seed=1)
-            lamp = lamp_classes(donor.actions)
-            plain = play(env, task, max_turns=30, seed=0, hint=donor.actions)
-            full = play(env, task, max_turns=30, seed=0, hint=donor.actions, full=True)
-            assert donor.won and plain.won and full.won, (task, donor.actions, full.actions)
-            taken = next(k for k, a in enumerate(full.actions) if a.startswith("take "))
-            assert full.actions[taken + 1].split()[2] == lamp[0] or full.actions[taken + 1].startswith("use ")
-            assert len(full.actions) <= len(plain.actions)
-            moved += full.actions != plain.actions
-        assert moved > 0  # negative control: without the lamp hint some episodes search for the lamp
-    finally:
-        env.close()
+    config = load_run_config(None, [])
+    assert panel_env_kwargs(config, "valid_unseen", 0)["data_dir"] is None
+    calls = []
+    monkeypatch.setattr("skillduet_plugin.envs.alfworld.generator.ensure_default_data",
+                        lambda split, n: calls.append((split, n)) or tmp_path)
+    assert panel_env_kwargs(config, "valid_unseen", 10)["data_dir"] == str(tmp_path)
+    assert calls == [("valid_unseen", 10)]

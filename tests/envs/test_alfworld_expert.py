@@ -136,3 +136,37 @@ def test_a_hint_sends_the_search_first_where_another_episode_took_the_target(alf
         assert shorter > 0  # negative control: the hint changes some episodes (the plain search is not the same)
     finally:
         env.close()
+
+
+def test_an_exact_hint_sends_the_expert_first_to_the_named_receptacle_and_lamp(alfworld_generated):
+    """A Local skill names where the target was taken and the lamp used, exactly as the actions do ("cabinet 2");
+    the expert given that episode's actions goes to that very receptacle first, and for look, once it holds the
+    target, to that lamp."""
+    from skillduet_plugin.envs.alfworld.expert import Hint, hint_of
+
+    assert hint_of(["go to desk 1", "take pen 1 from desk 1", "go to dresser 2", "use desklamp 1"]) == Hint(
+        ("desk 1",), ("dresser 2",))
+    assert hint_of(["go to desk 1"]) == Hint() and not Hint()
+    env = make("alfworld", data_dir=alfworld_generated, split="train")
+    try:
+        differs = 0
+        for task_id in env.tasks:
+            donor, _ = _play(env, task_id, seed=1)
+            hint = hint_of(donor)
+            expert = env.searching_expert(task_id, 0, hint=hint)
+            obs, info = env.reset(task_id)
+            hinted = []
+            for turn in range(50):
+                hinted.append(expert(obs, info, turn))
+                obs, _, done, info = env.step(hinted[-1])
+                if done:
+                    break
+            assert info["won"], (task_id, hinted)
+            assert hinted[0] == f"go to {hint.places[0]}", (task_id, hint, hinted)
+            if hint.lamp_places:
+                taken = next(k for k, a in enumerate(hinted) if a.startswith("take "))
+                assert hinted[taken + 1] == f"go to {hint.lamp_places[0]}" or hinted[taken + 1].startswith("use ")
+            differs += hinted != _play(env, task_id, seed=0)[0]
+        assert differs > 0  # negative control: without the hint some episodes search elsewhere first
+    finally:
+        env.close()

@@ -1,4 +1,5 @@
-"""The offline analyzer on hand-built ALFWorld trajectories (real ALFWorld text): pair, procedure, correction."""
+"""The offline analyzer on hand-built ALFWorld trajectories (real ALFWorld text): pair, procedure, correction; the
+Local skill's first line names this game's receptacles exactly as the actions do, and a Global never carries it."""
 
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ def _bullets(text: str) -> list[str]:
     return [line[2:] for line in text.splitlines() if line.startswith("- ")]
 
 
+FOUND_KNIFE = ("In this game: the knife was in countertop 2: go to countertop 2 and take knife 1 from countertop 2.")
+INSTANCE = re.compile(r"\b(knife|drawer|countertop|sinkbasin|desk|desklamp|alarmclock|cabinet|mug) \d")
+
+
 def test_pair_skill_says_clean_before_placing():
     out = _ask("local_pair", success=clean_success(), failure=clean_failure())
     lines = _bullets(out)
+    assert lines.pop(0) == FOUND_KNIFE
     assert lines[0] == ("Key decision: after 'take the knife from the countertop', do 'clean the knife with the "
                         "sinkbasin' next (the successful attempt did); the failed attempt did 'move the knife to "
                         "the drawer' instead.")
@@ -36,8 +42,8 @@ def test_pair_skill_says_clean_before_placing():
     assert procedure.index("take the knife") < procedure.index("clean the knife") < procedure.index(
         "move the knife to the drawer")
     assert "drawer was closed: open it first" in out
-    # instance numbers never leak into a skill
-    assert not re.search(r"(knife|drawer|countertop|sinkbasin) \d", out)
+    # instance numbers appear in the first line only (this game's own), never in the class-level lines
+    assert not any(INSTANCE.search(line) for line in lines)
 
 
 def test_outputs_are_deterministic():
@@ -49,6 +55,7 @@ def test_outputs_are_deterministic():
 def test_procedure_collapses_useless_steps_and_keeps_the_order():
     out = _ask("local_procedure", trajectory=clean_success())
     lines = _bullets(out)
+    assert lines.pop(0) == FOUND_KNIFE
     assert lines[0] == (
         "Procedure for clean-X-then-put-in-Y tasks (e.g. 'put a clean knife in drawer'): 1) find the knife by "
         "checking receptacles in turn (here: countertop; open closed ones) and take the knife from the countertop "
@@ -62,6 +69,7 @@ def test_procedure_collapses_useless_steps_and_keeps_the_order():
 
 def test_correction_names_order_invalid_action_loop_and_step_budget():
     lines = _bullets(_ask("local_correction", trajectory=clean_failure()))
+    assert lines.pop(0) == FOUND_KNIFE  # the failure took the knife there too
     assert lines[0] == ("Moved the knife to the drawer before it was cleaned: clean the knife with the sinkbasin "
                         "first, then move it to the drawer.")
     assert lines[1] == ("For clean-X-then-put-in-Y tasks the required order is: take the knife -> clean it with "
@@ -158,19 +166,60 @@ def test_chat_derived_observations_are_unwrapped_and_may_lack_the_last_one():
         "local_correction", trajectory=clean_failure())
     # the episode ended on the last action, so the chat has no turn after it
     lines = _bullets(_ask("local_correction", trajectory=dict(steps, observations=wrapped[:-1])))
-    assert lines[0].startswith("Moved the knife to the drawer before it was cleaned")
+    assert lines[1].startswith("Moved the knife to the drawer before it was cleaned")
     assert lines[-1].startswith("Ran out of steps after 10 actions")
 
 
 def test_look_procedure_uses_the_lamp_while_holding_the_object():
     task = "examine the alarmclock with the desklamp."
-    steps = [("go to desk 1", "You arrive at desk 1. On the desk 1, you see a alarmclock 1, a desklamp 1, and a pen 1."),
+    steps = [("go to desk 1",
+              "You arrive at desk 1. On the desk 1, you see a alarmclock 1, a desklamp 1, and a pen 1."),
              ("take alarmclock 1 from desk 1", "You pick up the alarmclock 1 from the desk 1."),
              ("use desklamp 1", "You turn on the desklamp 1.")]
     out = respond({"kind": "local_procedure", "env": "alfworld", "task": task, "scope": "look_at_obj_in_light",
                    "trajectory": traj("l", task, steps, True)})
     assert ("1) go to the desk and take the alarmclock from the desk; 2) use the desklamp while holding the "
             "alarmclock.") in out
+
+
+def test_the_first_line_names_where_the_target_and_the_lamp_were_exactly_as_the_actions_do():
+    task = "examine the alarmclock with the desklamp."
+    steps = [("go to drawer 2", "You arrive at drawer 2. The drawer 2 is closed."),
+             ("open drawer 2", "You open the drawer 2. The drawer 2 is open. In it, you see a alarmclock 3."),
+             ("take alarmclock 3 from drawer 2", "You pick up the alarmclock 3 from the drawer 2."),
+             ("go to sidetable 1", "You arrive at sidetable 1. On the sidetable 1, you see a desklamp 1."),
+             ("use desklamp 1", "You turn on the desklamp 1.")]
+    lines = _bullets(respond({"kind": "local_procedure", "env": "alfworld", "task": task,
+                              "scope": "look_at_obj_in_light", "trajectory": traj("l2", task, steps, True)}))
+    assert lines[0] == ("In this game: the alarmclock was in drawer 2, the desklamp at sidetable 1: go to drawer 2 "
+                        "and take alarmclock 3 from drawer 2, then go to sidetable 1 and use desklamp 1.")
+    # every receptacle the line names is spelled as an action of the episode spells it
+    for name in ("drawer 2", "sidetable 1"):
+        assert f"go to {name}" in lines[0] and f"go to {name}" in [a for a, _ in steps]
+    # negative control: an episode that never took the target has no such line
+    never = [("go to drawer 2", "You arrive at drawer 2. The drawer 2 is closed.")]
+    out = respond({"kind": "local_correction", "env": "alfworld", "task": task, "scope": "look_at_obj_in_light",
+                   "trajectory": traj("l3", task, never, False)})
+    assert "In this game" not in out and not INSTANCE.search(out)
+
+
+def test_a_global_holds_class_level_text_only():
+    """The offline synthesizer drops each Local skill's one-game line, and so does the consolidation's fallback
+    (a Local skill flattened to an item when the synthesizer fails)."""
+    from skillduet_plugin.llm.offline_common import GAME_LINE_PREFIX
+    from skillduet_plugin.skills.consolidate import skill_as_item
+    from skillduet_plugin.skills.types import Skill
+
+    skills = [_ask("local_procedure", trajectory=clean_success()),
+              _ask("local_pair", success=clean_success(), failure=clean_failure())]
+    assert all(INSTANCE.search(s) and GAME_LINE_PREFIX in s for s in skills)  # the inputs do name instances
+    for payload in ({"kind": "synthesize", "current": [], "new": skills, "budget_tokens": 400},
+                    {"kind": "compress", "items": [t for s in skills for t in _bullets(s)], "target_items": 3}):
+        answer = respond(payload)
+        assert "Procedure for clean-X-then-put-in-Y" in answer  # the class-level lines are kept
+        assert GAME_LINE_PREFIX not in answer and not INSTANCE.search(answer), answer
+    item = skill_as_item(Skill(text=skills[0], scope="clean", kind="procedure"))
+    assert "Procedure for clean" in item and GAME_LINE_PREFIX not in item and not INSTANCE.search(item)
 
 
 def test_real_valid_unseen_walkthroughs(shared_data, tmp_path_factory):

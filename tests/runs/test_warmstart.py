@@ -138,9 +138,14 @@ def test_some_prompts_carry_a_local_or_a_global_skill_section_inserted_at_messag
         header, budget = (LOCAL_HEADER, 96) if plan.kind == "local" else (GLOBAL_HEADER, 64)
         if plan.kind == "local":  # the analyzer's skill from another episode (of this game or another)
             assert plan.text == analyzer_skill(donor, "alfworld") and donor is not rec
-        else:  # a Global synthesized from other games of the task type
+            # its first line names where that episode took the target, exactly as its actions do
+            assert plan.text.startswith("- In this game: ") and any(d.isdigit() for d in plan.text.split("\n")[0])
+            class_level = plan.text.split("\n", 1)[1]
+        else:  # a Global synthesized from other games of the task type: class-level text only
             assert donor.task_id != rec.task_id and plan.text.startswith("- ")
-        assert "Procedure for" in plan.text and not any(ch.isdigit() for ch in plan.text.split("(e.g.")[0])
+            assert "In this game" not in plan.text
+            class_level = plan.text
+        assert "Procedure for" in plan.text and not any(ch.isdigit() for ch in class_level.split("(e.g.")[0])
         section = skill_section(header, plan.text, budget, chat.tokenizer)
         assert f"Your task is to: {rec.task}\n{header}\n" in c.student_messages[0]["content"]
         assert c.student_messages == insert_sections(p.student_messages, [section], task=rec.task)

@@ -73,12 +73,12 @@ class AlfworldEnv(TextEnv):
         with open(self.game_file(task_id)) as f:
             return list(json.load(f).get("walkthrough") or [])
 
-    def searching_expert(self, task_id: str, seed: int = 0, first: tuple[str, ...] = ()):
-        """A fresh searching expert (``envs.alfworld.expert``) for one episode of ``task_id`` (receptacle classes
-        ``first`` searched first), or None for task variants it does not play (sliced objects, movable
-        receptacles): use :meth:`walkthrough` then."""
+    def searching_expert(self, task_id: str, seed: int = 0, first: tuple[str, ...] = (), hint: Any = None):
+        """A fresh searching expert (``envs.alfworld.expert``) for one episode of ``task_id`` (the receptacles a
+        skill's ``hint`` names visited first, then the receptacle classes ``first``), or None for task variants
+        it does not play (sliced objects, movable receptacles): use :meth:`walkthrough` then."""
 
-        return searching_expert(task_id, seed, first)
+        return searching_expert(task_id, seed, first, hint)
 
     # -- episode --------------------------------------------------------------------------------------------
     def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:

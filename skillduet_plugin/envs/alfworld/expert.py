@@ -5,8 +5,11 @@ sees what to do after looking in the wrong place. :class:`SearchingExpert` plays
 task: it visits the receptacles that can hold the target (in a seeded random order, opening closed ones), takes
 the target as soon as it is in view, uses the task's appliance (sink basin, microwave, fridge, desk lamp) and
 puts the object into the goal receptacle; ``pick2`` repeats the search for the second object, starting where
-more of them were seen. It decides from the admissible actions (which list ``take X from Y`` only for objects in
-view, ``open Y`` only for a closed receptacle at hand, and so on), so it plays real and generated games alike.
+more of them were seen. Given a hint (what a Local skill says: :class:`Hint`), it goes first to the receptacles
+the skill names, exactly as the actions spell them (``cabinet 2``), and for ``look`` to where the skill says the
+lamp is, then to the other receptacles of those classes, then searches as without it. It decides from the
+admissible actions (which list ``take X from Y`` only for objects in view, ``open Y`` only for a closed receptacle
+at hand, and so on), so it plays real and generated games alike.
 
 Measured with seed 0: it wins all 134 official ``valid_unseen`` games and 198 of 200 randomly drawn official
 ``train`` games within ALFWorld's 50 actions (the two misses are kitchens with 40+ receptacles), and every
@@ -33,6 +36,8 @@ from skillduet_plugin.envs.alfworld.tasks import TASK_TYPES
 PROCESS: dict[str, tuple[str, tuple[str, ...]]] = {"clean": ("clean", ("sinkbasin", "bathtubbasin")),
                                                    "heat": ("heat", ("microwave",)), "cool": ("cool", ("fridge",))}
 LAMPS = ("desklamp", "floorlamp")
+#: Receptacle classes a lamp stands on (ALFWorld lists lamps as no receptacle's contents).
+LAMP_HOLDERS = frozenset({"desk", "sidetable", "dresser"})
 _NUMBERED = re.compile(r"^(?P<cls>[a-z]+) \d+$")
 
 
@@ -89,6 +94,8 @@ class SearchingExpert:
     params: TaskParams
     seed: int = 0
     first: tuple[str, ...] = ()  # receptacle classes to search before the others (a skill's "take X from Y")
+    places: tuple[str, ...] = ()  # receptacles (``cabinet 2``) to visit before any other, for the target
+    lamp_places: tuple[str, ...] = ()  # ``look``: receptacles to visit first for the lamp
     _rng: random.Random = field(init=False)
     _order: list[str] = field(default_factory=list)
     _visited: set[str] = field(default_factory=set)
@@ -130,11 +137,13 @@ class SearchingExpert:
                 return f"go to {target}"
         return None
 
-    def _search(self, admissible: list[str], classes: frozenset[str] | set[str], first: tuple[str, ...] = ()) -> str:
-        """The next receptacle of ``classes`` not yet visited (seeded order; those of ``first`` before the
-        others), then any unvisited one."""
+    def _search(self, admissible: list[str], classes: frozenset[str] | set[str], first: tuple[str, ...] = (),
+                places: tuple[str, ...] = ()) -> str:
+        """The next receptacle not yet visited: those named in ``places``, then those of the classes ``first``,
+        then of ``classes`` (seeded order), then any."""
         self._order_or(admissible)
-        hinted = [r for c in first for r in self._order if _class_of(r) == c and r not in self._visited]
+        hinted = [r for r in places if r in self._order and r not in self._visited]
+        hinted += [r for c in first for r in self._order if _class_of(r) == c and r not in self._visited]
         preferred = hinted + [r for r in self._order if _class_of(r) in classes and r not in self._visited]
         others = [r for r in self._order if r not in self._visited]
         step = self._goto(admissible, preferred + others)
@@ -160,7 +169,7 @@ class SearchingExpert:
             if f"open {self._here}" in adm:
                 return f"open {self._here}"
             known = [r for r, objs in self._seen.items() if objs and r != self._here]
-            return self._goto(adm, known) or self._search(adm, _plausible_holders(p.obj), self.first)
+            return self._goto(adm, known) or self._search(adm, _plausible_holders(p.obj), self.first, self.places)
         if p.scope in PROCESS and not self._processed:
             verb, appliances = PROCESS[p.scope]
             use = [a for a in adm if a.startswith(f"{verb} {self._holding} with ")
@@ -173,7 +182,8 @@ class SearchingExpert:
             if use:
                 return use[0]
             return self._goto(adm, [self._lamp_at] if self._lamp_at else []) or self._search(
-                adm, _plausible_holders(p.lamp) or {"desk", "sidetable", "dresser"})
+                adm, _plausible_holders(p.lamp) or LAMP_HOLDERS,
+                tuple(_class_of(r) for r in self.lamp_places), self.lamp_places)
         moves = [a for a in adm if (a.startswith(f"move {self._holding} to ") or a.startswith(
             f"put {self._holding} in")) and _class_of(a.split(" to ")[-1].split(" in/on ")[-1]) == p.recep]
         if moves:
@@ -192,36 +202,101 @@ class SearchingExpert:
         return list(self._order)
 
 
-def searching_expert(task_id: str, seed: int = 0, first: tuple[str, ...] = ()) -> SearchingExpert | None:
-    """A fresh :class:`SearchingExpert` for one episode of ``task_id`` (searching the receptacle classes
-    ``first`` before the others), or None when the task is a variant it does not play (use the walkthrough)."""
+@dataclass(frozen=True)
+class Hint:
+    """What a Local skill written from another episode of the game says: the receptacles where that episode took
+    its target (``places``, exactly as the actions spell them: ``cabinet 2``) and, for ``look``, where it used
+    the lamp (``lamp_places``); ``classes`` are the classes of ``places``."""
+
+    places: tuple[str, ...] = ()
+    lamp_places: tuple[str, ...] = ()
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(_class_of(r) for r in self.places))
+
+    def __bool__(self) -> bool:
+        return bool(self.places or self.lamp_places)
+
+
+def searching_expert(task_id: str, seed: int = 0, first: tuple[str, ...] = (),
+                     hint: Hint | None = None) -> SearchingExpert | None:
+    """A fresh :class:`SearchingExpert` for one episode of ``task_id`` (visiting first the receptacles ``hint``
+    names, then the receptacle classes ``first`` and those of the hint, before the others), or None when the task
+    is a variant it does not play (use the walkthrough)."""
     params = task_params(task_id)
-    return SearchingExpert(params, seed, tuple(first)) if params is not None else None
+    if params is None:
+        return None
+    hint = hint or Hint()
+    classes = tuple(dict.fromkeys(tuple(first) + hint.classes))
+    return SearchingExpert(params, seed, classes, places=hint.places, lamp_places=hint.lamp_places)
+
+
+def hint_of(actions: list[str] | tuple[str, ...]) -> Hint:
+    """What a skill written from an episode with these actions says (:class:`Hint`): where its ``take X N from
+    <recep>`` actions took the target, in order, and where it stood for its first ``use <lamp>``."""
+    places: list[str] = []
+    lamp: tuple[str, ...] = ()
+    here = ""
+    for a in actions:
+        if a.startswith("go to "):
+            here = a[len("go to "):]
+        elif a.startswith("take ") and " from " in a:
+            recep = a.split(" from ", 1)[1]
+            if recep not in places:
+                places.append(recep)
+        elif a.startswith("use ") and here and not lamp:
+            lamp = (here,)
+    return Hint(tuple(places), lamp)
 
 
 def hint_classes(actions: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Where another episode took its target: the receptacle classes of its ``take X N from <recep>`` actions, in
-    order (what a skill written from that episode says: "take the X from the Y")."""
-    found: list[str] = []
-    for a in actions:
-        if a.startswith("take ") and " from " in a:
-            cls = _class_of(a.split(" from ", 1)[1])
-            if cls not in found:
-                found.append(cls)
-    return tuple(found)
+    order (a skill that names classes only: "take the X from the Y")."""
+    return hint_of(actions).classes
 
 
-__all__ = ["LAMPS", "PROCESS", "SearchingExpert", "TaskParams", "hint_classes", "searching_expert", "task_params"]
+def standins(task_id: str, actions: list[str] | tuple[str, ...], admissible: list[str] | tuple[str, ...], k: int,
+             rng: random.Random) -> list[dict[str, str]]:
+    """Up to ``k`` counterfactual name swaps for an episode of ``task_id`` with these ``actions``: each maps every
+    receptacle where the episode took its target (and, for ``look``, the one where it used the lamp) to a
+    stand-in of the same room and back. A stand-in is a receptacle the first ``admissible`` list can go to, of a
+    class that can hold the object (the lamp), never the goal's class nor one the episode took from or used the
+    lamp at; the stand-ins of one swap are distinct, and the swaps name different target stand-ins."""
+    params = task_params(task_id)
+    hint = hint_of(actions)
+    if params is None or not hint.places:
+        return []
+    room = sorted(a[len("go to "):] for a in admissible if a.startswith("go to "))
+    used = set(hint.places) | set(hint.lamp_places)
+    holders = _plausible_holders(params.obj)
+    pool = [r for r in room if _class_of(r) in holders and _class_of(r) != params.recep and r not in used]
+    lamp_classes = (_plausible_holders(params.lamp) or LAMP_HOLDERS) if params.lamp else frozenset()
+    lamp_pool = [r for r in room if _class_of(r) in lamp_classes and r not in used]
+    swaps: list[dict[str, str]] = []
+    for first in rng.sample(pool, min(k, len(pool))):
+        chosen = [first] + rng.sample([r for r in pool if r != first], min(len(hint.places) - 1, len(pool) - 1))
+        mapping = dict(zip(hint.places, chosen))
+        free = [r for r in lamp_pool if r not in chosen]
+        if hint.lamp_places and free:
+            mapping[hint.lamp_places[0]] = rng.choice(free)
+        swaps.append({**mapping, **{v: key for key, v in mapping.items()}})
+    return swaps
+
+
+__all__ = ["LAMPS", "PROCESS", "Hint", "SearchingExpert", "TaskParams", "hint_classes", "hint_of",
+           "searching_expert", "standins", "task_params"]
 
 
 def make_expert(env: Any, task_id: str, kind: str = "search", seed: int = 0, hint: tuple[str, ...] = ()):
     """The warm start's expert for one ALFWorld episode (registered with the env): with ``kind="search"`` the
     env's searching expert (it visits receptacles in a ``seed``-dependent order, first where the actions
-    ``hint`` of another episode took its target, :func:`hint_classes`, as a skill written from that episode
-    says); for task variants it does not play, and with ``kind="walkthrough"``, the game's stored walkthrough."""
+    ``hint`` of another episode took its target and used the lamp, exactly as they name those receptacles,
+    :func:`hint_of`, as a skill written from that episode says); for task variants it does not play, and with
+    ``kind="walkthrough"``, the game's stored walkthrough."""
     finder = getattr(env, "searching_expert", None)
     if kind == "search" and callable(finder):
-        expert = finder(task_id, seed, hint_classes(list(hint))) if hint else finder(task_id, seed)
+        expert = finder(task_id, seed, hint=hint_of(list(hint))) if hint else finder(task_id, seed)
         if expert is not None:
             return expert
     actions = list(env.walkthrough(task_id))

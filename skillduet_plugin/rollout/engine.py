@@ -154,8 +154,11 @@ class EpisodeEngine:
         scope = self.scope_of(task_id, info)
         adm = list(info.get("admissible_actions") or [])
         obs = "" if obs is None else str(obs)
-        prompt = self.initial_messages_fn(self.env_name, task=task, observation=obs, admissible_actions=adm,
-                                          system_prompt=self.system_prompt)
+        if error is not None and not task:  # a failed reset tells no task: the episode ends at once, unplayed
+            prompt = [{"role": "user", "content": f"The environment failed to start task {task_id}: {error}"}]
+        else:
+            prompt = self.initial_messages_fn(self.env_name, task=task, observation=obs, admissible_actions=adm,
+                                              system_prompt=self.system_prompt)
         student, version = prompt, None
         if student_fn is not None and error is None:
             student, version = student_fn(prompt, task, scope)

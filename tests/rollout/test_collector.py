@@ -230,3 +230,22 @@ def test_scope_follows_the_lifecycle_scope_setting(chat, tmp_path, tiny_tokenize
     assert [e.scope for e in eps] == ["toy-0", "toy-4"]
     assert all(e.global_version is None for e in eps)  # nothing consolidated yet
     assert eps[0].student_messages == eps[0].prompt_messages
+
+
+class FailingResetPool(AlfLikePool):
+    """The second task's reset fails as ``EnvPool`` reports it: an error and an info without the task text."""
+
+    def reset(self, task_ids):
+        from skillduet_plugin.testing.toy_pool import ToyStepResult
+
+        results = super().reset(task_ids)
+        results[1] = ToyStepResult(obs="", done=True, info={"won": False, "task_id": task_ids[1]},
+                                   error="reset timed out")
+        return results
+
+
+def test_failed_reset_on_standard_prompts_ends_only_that_episode(chat):
+    gen = ScriptedGenerator(chat, [["<action>go to desk 1</action>"], ["<action>look</action>"]])
+    ok, bad = _run(chat, gen, ["g0", "g1"], pool=FailingResetPool(), env_name="alfworld")
+    assert bad.error == "reset timed out" and bad.num_turns == 0 and not bad.won
+    assert ok.error is None and ok.num_turns >= 1

@@ -36,8 +36,7 @@ from skillduet_plugin.envs import make
 from skillduet_plugin.envs.alfworld import expert as alfworld_expert
 from skillduet_plugin.envs.alfworld.generator import ensure_default_data
 from skillduet_plugin.envs.registry import env_spec
-from skillduet_plugin.warmstart.episodes import (ExpertRecord, SkillPlan, analyzer_skill, expert_takes_hint,
-                                                 play_expert, synthesized_global)
+from skillduet_plugin.warmstart.episodes import ExpertRecord, SkillPlan, analyzer_skill, play_expert, synthesized_global
 
 #: Turn limit of the donor episodes the Local skills are written from (ALFWorld's own episode limit): a skill
 #: needs a donor that found the target, however long its search took.
@@ -68,11 +67,6 @@ READING_ENVS: Registry[ReadingParts] = Registry("env", "environments with the re
 def register_reading_env(env: str, parts: ReadingParts, *, replace: bool = False) -> ReadingParts:
     """Let ``warm_start.design=reading`` warm-start a model for ``env``."""
     return READING_ENVS.register(env, parts, replace=replace)
-
-
-def reading_supported(env_name: str) -> bool:
-    """Whether ``env_name`` registered :class:`ReadingParts` and an expert that acts on a skill's hint."""
-    return env_name in READING_ENVS and expert_takes_hint(env_name)
 
 
 def swapped(record: ExpertRecord, mapping: dict[str, str]) -> ExpertRecord:

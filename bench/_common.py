@@ -183,15 +183,16 @@ def report(name: str, value: float, results: Mapping[str, Any], args: argparse.N
 
 def warm_started(config: Any) -> tuple[Path, dict[str, Any]]:
     """The warm-started model of a run config (``runs.config.RunConfig``) and its info: the run's own cached
-    clone (the one ``skillduet train`` with that config starts RL from), built on first use."""
+    clone (the one ``skillduet train`` with that config starts RL from), built on first use with the run's
+    worker processes (``warm_start.workers``)."""
     from skillduet_plugin.runs.environment import make_env
     from skillduet_plugin.runs.rundir import cache_dir, resolve_model
-    from skillduet_plugin.runs.trl_runner import warm_start_settings
+    from skillduet_plugin.runs.trl_runner import cloning_workers, warm_start_settings
     from skillduet_plugin.warmstart.cache import warm_start_model
 
     return warm_start_model(resolve_model(config.model, seed=config.seed, env=config.env),
                             make_env=lambda n: make_env(config, config.train_split, n),
-                            cache_root=cache_dir(), **warm_start_settings(config))
+                            cache_root=cache_dir(), workers=cloning_workers(config), **warm_start_settings(config))
 
 
 def probe_output(out: Mapping[str, Any], json_path: str | None, t0: float) -> None:

@@ -15,6 +15,7 @@ the panel.
     python bench/skill_reading.py                                   # the demo's warm start (cached), valid_unseen
     python bench/skill_reading.py --set warm_start.design=reading   # the reading design's clone
     python bench/skill_reading.py --set warm_start.design=reading --panel-per-type 10 --success
+    python bench/skill_reading.py --config examples/cpu_reading.yaml --panel-per-type 10 --success
     python bench/skill_reading.py --panel train                     # the games the demo's clone was cloned on
 """
 
@@ -223,6 +224,7 @@ def panel_env_kwargs(config, split: str, per_type: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=None, help="a run config file (default: the demo's settings)")
     parser.add_argument("--set", action="append", default=[], help="run-config overrides (key=value), e.g. "
                         "warm_start.design=reading; the clone is the one `skillduet train` with them starts from")
     parser.add_argument("--model", default=None, help="the run's model (default: the config's, tiny)")
@@ -232,7 +234,7 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=0, help="the panel's first N games (0: all)")
     parser.add_argument("--success", action="store_true", help="also greedy success with no skill and with each "
                         "game's own Local skill, on the RL games and on the panel")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None, help="the run's seed (default: the config's, 0)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -246,8 +248,9 @@ def main() -> None:
     from skillduet_plugin.runs.trl_runner import interleave_by_type, set_threads, train_tasks
     from skillduet_plugin.warmstart.episodes import LOCAL_SKILL_TOKENS
 
-    config = load_run_config(None, [f"seed={args.seed}", *([f"model={args.model}"] if args.model else []),
-                                    *args.set])
+    overrides = [*([f"seed={args.seed}"] if args.seed is not None else []),
+                 *([f"model={args.model}"] if args.model else []), *args.set]
+    config = load_run_config(args.config, overrides)
     set_threads(config)
     t0 = time.time()
     folder, info = _common.warm_started(config)
@@ -262,9 +265,9 @@ def main() -> None:
     panel_env.close()
     result.pop("per_game")
     kept = ("loss_first", "loss_last", "episodes", "expert_won", "seconds", "build_seconds", "cached")
-    out = {"config": args.set, "model": config.model, "panel": args.panel, "panel_per_type": args.panel_per_type,
-           "games": len(tasks), "warm_start": {k: info.get(k) for k in kept}, "clone_wall_s": round(clone_s, 1),
-           "result": result}
+    out = {"config": [args.config, *overrides], "model": config.model, "panel": args.panel,
+           "panel_per_type": args.panel_per_type, "games": len(tasks), "warm_start": {k: info.get(k) for k in kept},
+           "clone_wall_s": round(clone_s, 1), "result": result}
     if args.success:
         out["success"] = {
             "rl_games": success(model, chat.tokenizer, config, env_kwargs(config, config.train_split),

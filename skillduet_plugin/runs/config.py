@@ -76,7 +76,8 @@ class WarmStartConfig:
                                     "that the games the clone memorised leave RL room to improve", kind="int", lo=1,
                                     optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
-    workers: int = setting(0, "processes computing the episodes' gradients in parallel (0: auto = as many as the "
+    workers: int = setting(0, "processes computing the episodes' gradients in parallel, and playing the reading "
+                           "design's expert episodes (0: auto = as many as the "
                            "cores hold at the run's threads per process, at most batch_size, and 1 below 50 steps, "
                            "where starting workers costs more than it saves; 1: in the run's own process). A speed "
                            "setting only: any count trains bit-for-bit the same model, so it is not part of the "

@@ -125,7 +125,7 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
     t0 = time.time()
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     chat = ChatTokenizer(tokenizer)
-    records, plans = _expert_data(s, make_env, log)
+    records, plans = _expert_data(s, make_env, log, workers)
     episodes = build_cloning_data(records, s["env"], chat, max_total_tokens=s["max_total_tokens"], plans=plans,
                                   skill_token_budget=s["skill_token_budget"], skill_position=s["skill_position"])
     build_s = time.time() - t0
@@ -155,11 +155,12 @@ def _build(folder: Path, base_model_dir: str | Path, settings: dict[str, Any], m
     return info
 
 
-def _expert_data(s: dict[str, Any], make_env: Callable[[int], Any],
-                 log: Callable[[str], None]) -> tuple[list[ExpertRecord], list[SkillPlan | None]]:
-    """The expert records of the warm start and the skill section of each (``design``: search or reading)."""
+def _expert_data(s: dict[str, Any], make_env: Callable[[int], Any], log: Callable[[str], None],
+                 workers: int = 1) -> tuple[list[ExpertRecord], list[SkillPlan | None]]:
+    """The expert records of the warm start and the skill section of each (``design``: search or reading, whose
+    games ``workers`` processes play)."""
     if s["design"] == "reading":
-        eps = reading_data(s, make_env)
+        eps = reading_data(s, make_env, workers)
         log(f"warm start: {describe(eps)} within {s['max_turns']} turns")
         return [e.record for e in eps], [e.plan for e in eps]
     env = make_env(s["games"])

@@ -22,7 +22,9 @@ evaluation panel), taken round-robin over task types. An environment takes part 
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import multiprocessing as mp
 import random
 import re
 from dataclasses import dataclass, replace
@@ -34,8 +36,7 @@ from skillduet_plugin.envs import make
 from skillduet_plugin.envs.alfworld import expert as alfworld_expert
 from skillduet_plugin.envs.alfworld.generator import ensure_default_data
 from skillduet_plugin.envs.registry import env_spec
-from skillduet_plugin.warmstart.episodes import (ExpertRecord, SkillPlan, analyzer_skill, expert_takes_hint,
-                                                 play_expert, synthesized_global)
+from skillduet_plugin.warmstart.episodes import ExpertRecord, SkillPlan, analyzer_skill, play_expert, synthesized_global
 
 #: Turn limit of the donor episodes the Local skills are written from (ALFWorld's own episode limit): a skill
 #: needs a donor that found the target, however long its search took.
@@ -68,11 +69,6 @@ def register_reading_env(env: str, parts: ReadingParts, *, replace: bool = False
     return READING_ENVS.register(env, parts, replace=replace)
 
 
-def reading_supported(env_name: str) -> bool:
-    """Whether ``env_name`` registered :class:`ReadingParts` and an expert that acts on a skill's hint."""
-    return env_name in READING_ENVS and expert_takes_hint(env_name)
-
-
 def swapped(record: ExpertRecord, mapping: dict[str, str]) -> ExpertRecord:
     """``record`` with the names of ``mapping`` swapped in its actions, observations and admissible actions (whole
     names only: ``cabinet 2`` never touches ``cabinet 21``)."""
@@ -101,15 +97,15 @@ def round_robin(tasks: Sequence[str], scope_of: Callable[[str], str]) -> list[st
     return out
 
 
-def clone_env(env_name: str, env_kwargs: dict[str, Any], games: int) -> Any:
-    """The environment of the warm start's own split (``env_kwargs`` as a run builds them for that split), its
-    games generated on first use (``ceil(games / task types)`` per type) when ``data_dir`` names none."""
+def clone_env_kwargs(env_name: str, env_kwargs: dict[str, Any], games: int) -> dict[str, Any]:
+    """The environment keywords of the warm start's own split (``env_kwargs`` as a run builds them for that split),
+    its games generated on first use (``ceil(games / task types)`` per type) when ``data_dir`` names none."""
     kw = dict(env_kwargs)
     parts = READING_ENVS.get(env_name)
     if kw.get("data_dir") is None and parts.generate is not None:
         types = kw.get("task_types") or env_spec(env_name).report.scope_order or ("",)
         kw["data_dir"] = str(parts.generate(str(kw["split"]), math.ceil(games / len(types))))
-    return make(env_name, **kw)
+    return kw
 
 
 @dataclass
@@ -122,48 +118,76 @@ class ReadingEpisode:
     kind: str
 
 
-def reading_episodes(env: Any, tasks: Sequence[str], env_name: str, *, max_turns: int, counterfactuals: int,
-                     global_episodes: int = 0, skill_token_budget: int = 160, seed: int = 0) -> list[ReadingEpisode]:
-    """Per game of ``tasks``: the true-skill episode, up to ``counterfactuals`` stand-in episodes and the no-skill
-    episode (only the last when the donor episode never found the target), then ``global_episodes`` per game with
-    a Global of its task type (from two other games' true skills) and the plain search."""
+def game_episodes(env: Any, task: str, env_name: str, *, max_turns: int, counterfactuals: int,
+                  seed: int = 0) -> list[ReadingEpisode]:
+    """One game's true-skill episode, up to ``counterfactuals`` stand-in episodes and its no-skill episode (only
+    the last when the donor episode never found the target); a function of the game and the seed alone."""
     parts = READING_ENVS.get(env_name)
     out: list[ReadingEpisode] = []
-    true_skills: dict[str, tuple[str, str]] = {}  # task -> (scope, skill)
-    for t in tasks:
-        donor = play_expert(env, t, max_turns=DONOR_TURNS, seed=DONOR_SEED)
-        text = analyzer_skill(donor, env_name) if donor.won else ""
-        if text:
-            true_skills[t] = (donor.scope, text)
-            rec = play_expert(env, t, max_turns=max_turns, seed=TRUE_SEED, hint=donor.actions)
-            out.append(ReadingEpisode(rec, SkillPlan("local", text, -1), "true"))
-            rng = random.Random(f"{seed}/{t}")
-            for j, mapping in enumerate(parts.standins(t, donor.actions, donor.admissible[0], counterfactuals, rng)):
-                fake = swapped(donor, mapping)
-                rec = play_expert(env, t, max_turns=max_turns, seed=FIRST_OTHER_SEED + j, hint=fake.actions)
-                out.append(ReadingEpisode(rec, SkillPlan("local", analyzer_skill(fake, env_name), -1), "standin"))
-        out.append(ReadingEpisode(play_expert(env, t, max_turns=max_turns, seed=NONE_SEED), None, "none"))
+    donor = play_expert(env, task, max_turns=DONOR_TURNS, seed=DONOR_SEED)
+    text = analyzer_skill(donor, env_name) if donor.won else ""
+    if text:
+        rec = play_expert(env, task, max_turns=max_turns, seed=TRUE_SEED, hint=donor.actions)
+        out.append(ReadingEpisode(rec, SkillPlan("local", text, -1), "true"))
+        rng = random.Random(f"{seed}/{task}")
+        for j, mapping in enumerate(parts.standins(task, donor.actions, donor.admissible[0], counterfactuals, rng)):
+            fake = swapped(donor, mapping)
+            rec = play_expert(env, task, max_turns=max_turns, seed=FIRST_OTHER_SEED + j, hint=fake.actions)
+            out.append(ReadingEpisode(rec, SkillPlan("local", analyzer_skill(fake, env_name), -1), "standin"))
+    out.append(ReadingEpisode(play_expert(env, task, max_turns=max_turns, seed=NONE_SEED), None, "none"))
+    return out
+
+
+def _play_games(env_name: str, env_kwargs: dict[str, Any], tasks: Sequence[str],
+                kw: dict[str, Any]) -> list[ReadingEpisode]:
+    """:func:`game_episodes` of ``tasks`` in a worker process, on an environment of its own."""
+    env = make(env_name, **env_kwargs)
+    try:
+        return [e for t in tasks for e in game_episodes(env, t, env_name, **kw)]
+    finally:
+        env.close()
+
+
+def reading_episodes(env: Any, tasks: Sequence[str], env_name: str, *, max_turns: int, counterfactuals: int,
+                     global_episodes: int = 0, skill_token_budget: int = 160, seed: int = 0, workers: int = 1,
+                     env_kwargs: dict[str, Any] | None = None) -> list[ReadingEpisode]:
+    """:func:`game_episodes` of every game of ``tasks`` (played by ``workers`` processes, each on an environment
+    built from ``env_kwargs``, when both are given: the same episodes in the same order as one process), then
+    ``global_episodes`` per game with a Global of its task type (from the true skills of two other games of the
+    type, or the one there is) and the plain search."""
+    kw = dict(max_turns=max_turns, counterfactuals=counterfactuals, seed=seed)
+    if workers > 1 and env_kwargs is not None and len(tasks) > 1:
+        size = math.ceil(len(tasks) / workers)
+        chunks = [list(tasks[i:i + size]) for i in range(0, len(tasks), size)]
+        with concurrent.futures.ProcessPoolExecutor(len(chunks), mp_context=mp.get_context("spawn")) as pool:
+            out = [e for part in pool.map(_play_games, *zip(*[(env_name, env_kwargs, c, kw) for c in chunks]))
+                   for e in part]
+    else:
+        out = [e for t in tasks for e in game_episodes(env, t, env_name, **kw)]
+    true_skills = {e.record.task_id: (e.record.scope, e.plan.text) for e in out if e.kind == "true" and e.plan}
     rng = random.Random(seed)
     for t in tasks:
         scope = true_skills[t][0] if t in true_skills else None
         others = [text for o, (s, text) in true_skills.items() if s == scope and o != t]
-        for g in range(global_episodes if len(others) >= 2 else 0):
-            text = synthesized_global(rng.sample(others, 2), skill_token_budget)
+        for g in range(global_episodes if others else 0):
+            text = synthesized_global(rng.sample(others, min(2, len(others))), skill_token_budget)
             rec = play_expert(env, t, max_turns=max_turns, seed=FIRST_OTHER_SEED + counterfactuals + g)
             out.append(ReadingEpisode(rec, SkillPlan("global", text, -1), "global"))
     return out
 
 
-def reading_data(settings: dict[str, Any], make_env: Callable[[int], Any]) -> list[ReadingEpisode]:
+def reading_data(settings: dict[str, Any], make_env: Callable[[int], Any], workers: int = 1) -> list[ReadingEpisode]:
     """The reading design's episodes for the warm start's ``settings`` (``warmstart.cache``): the games of its own
-    split (``settings["reading"]``), then the first ``settings["games"]`` of the training split (0: none)."""
+    split (``settings["reading"]``, played by ``workers`` processes), then the first ``settings["games"]`` of the
+    training split (0: none)."""
     s, r = settings, settings["reading"]
     kw = dict(max_turns=s["max_turns"], counterfactuals=r["counterfactuals"], global_episodes=r["global_episodes"],
               skill_token_budget=s["skill_token_budget"], seed=s["seed"])
-    env = clone_env(s["env"], r["env_kwargs"], r["games"])
+    env_kwargs = clone_env_kwargs(s["env"], r["env_kwargs"], r["games"])
+    env = make(s["env"], **env_kwargs)
     try:
-        scope_of = getattr(env, "task_type", lambda t: "")
-        out = reading_episodes(env, round_robin(list(env.tasks), scope_of)[:r["games"]], s["env"], **kw)
+        tasks = round_robin(list(env.tasks), getattr(env, "task_type", lambda t: ""))[:r["games"]]
+        out = reading_episodes(env, tasks, s["env"], workers=workers, env_kwargs=env_kwargs, **kw)
     finally:
         env.close()
     if s["games"]:

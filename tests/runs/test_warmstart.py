@@ -9,7 +9,7 @@ from skillduet_plugin.envs.prompts import initial_messages
 from skillduet_plugin.rollout.collector import Generation, run_episodes
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.warmstart.episodes import (analyzer_skill, build_cloning_data, clone, expert_response,
-                                             plan_skill_sections, play_expert)
+                                                 plan_skill_sections, play_expert)
 from skillduet_plugin.warmstart.cache import cache_key, warm_start_model
 from skillduet_plugin.skills.inject import GLOBAL_HEADER, LOCAL_HEADER, insert_sections, skill_section
 from runs_fakes import FAKE_TASKS, FakeAlfworld, FakePool
@@ -123,7 +123,8 @@ def test_some_prompts_carry_a_local_or_a_global_skill_section_inserted_at_messag
     plans = plan_skill_sections(records, "alfworld", skill_fraction=0.5, skill_token_budget=64, seed=0)
     kinds = [p.kind if p else None for p in plans]
     assert kinds.count("local") > 0 and kinds.count("global") > 0 and kinds.count(None) > 0
-    local_donors = [records[p.donor].task_id == rec.task_id for p, rec in zip(plans, records) if p and p.kind == "local"]
+    local_donors = [records[p.donor].task_id == rec.task_id for p, rec in zip(plans, records)
+                    if p and p.kind == "local"]
     assert any(local_donors) and not all(local_donors)  # the same game and other games of the type
     cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, plans=plans,
                                 skill_token_budget=64)

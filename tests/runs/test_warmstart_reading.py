@@ -43,6 +43,7 @@ def reading_games(tmp_path_factory):
     root = tmp_path_factory.mktemp("reading_games")
     generate_games(root, "clone", n_per_type=2, seed=3, task_types=("pick", "look", "heat"))
     env = make("alfworld", data_dir=root, split="clone")
+    env.kwargs = {"data_dir": str(root), "split": "clone"}
     yield env
     env.close()
 
@@ -129,3 +130,21 @@ def test_stand_ins_are_seeded():
     for swap in a:
         assert swap["cabinet 2"] != "cabinet 2" and swap[swap["cabinet 2"]] == "cabinet 2"
         assert swap["cabinet 2"] != "desk 1"  # never the goal's class
+
+
+def test_worker_processes_play_the_same_episodes_in_the_same_order(reading_games):
+    """``warm_start.workers`` is a speed setting: the reading design's games played by two processes give the
+    episodes one process plays (each game's episodes depend on the game and the seed only)."""
+    from skillduet_plugin.warmstart.reading import reading_episodes
+
+    env = reading_games
+    tasks = list(env.tasks)[:4]
+    kw = dict(max_turns=12, counterfactuals=2, global_episodes=1, seed=5)
+    one = reading_episodes(env, tasks, "alfworld", **kw)
+    two = reading_episodes(env, tasks, "alfworld", workers=2, env_kwargs=env.kwargs, **kw)
+    assert [(e.kind, e.record.task_id, e.record.actions, e.plan) for e in one] == \
+        [(e.kind, e.record.task_id, e.record.actions, e.plan) for e in two]
+    assert {e.kind for e in one} == {"true", "standin", "none", "global"}
+    # negative control: the comparison sees the order (the games played the other way round)
+    other = reading_episodes(env, tasks[::-1], "alfworld", **kw)
+    assert [(e.kind, e.record.task_id) for e in other] != [(e.kind, e.record.task_id) for e in one]

@@ -215,6 +215,7 @@ def panel_env_kwargs(config, split: str, per_type: int) -> dict:
     ``split`` of that many games per task type (seed 0: its first games are the default split's)."""
     from skillduet_plugin.envs.alfworld.generator import ensure_default_data
     from skillduet_plugin.runs.environment import env_kwargs
+    from skillduet_plugin.runs.rundir import resolve_model
 
     kw = env_kwargs(config, split)
     if per_type:
@@ -245,6 +246,7 @@ def main() -> None:
     from skillduet_plugin.envs import make
     from skillduet_plugin.runs.config import load_run_config
     from skillduet_plugin.runs.environment import env_kwargs
+    from skillduet_plugin.runs.rundir import resolve_model
     from skillduet_plugin.runs.trl_runner import interleave_by_type, set_threads, train_tasks
     from skillduet_plugin.warmstart.episodes import LOCAL_SKILL_TOKENS
 
@@ -253,7 +255,10 @@ def main() -> None:
     config = load_run_config(args.config, overrides)
     set_threads(config)
     t0 = time.time()
-    folder, info = _common.warm_started(config)
+    if config.warm_start_enabled:
+        folder, info = _common.warm_started(config)
+    else:  # a model folder probed as it is (e.g. a study's shared model: --model DIR --set warm_start.enabled=false)
+        folder, info = resolve_model(config.model, seed=config.seed, env=config.env), {}
     clone_s = time.time() - t0
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(folder))

@@ -41,13 +41,10 @@ from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.skills.consolidate import render_global
 from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
 from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer
-from skillduet_plugin.warmstart import EXPERTS
+from skillduet_plugin.warmstart import EXPERTS, LOCAL_SKILL_TOKENS
 from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens
 from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters
 
-#: The Local skill budget of a cloning episode's ``## Hindsight skill`` section (the method's default
-#: ``local_skill_token_budget``).
-LOCAL_SKILL_TOKENS = 96
 
 
 def expert_response(action: str) -> str:

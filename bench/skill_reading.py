@@ -215,7 +215,6 @@ def panel_env_kwargs(config, split: str, per_type: int) -> dict:
     ``split`` of that many games per task type (seed 0: its first games are the default split's)."""
     from skillduet_plugin.envs.alfworld.generator import ensure_default_data
     from skillduet_plugin.runs.environment import env_kwargs
-    from skillduet_plugin.runs.rundir import resolve_model
 
     kw = env_kwargs(config, split)
     if per_type:

@@ -46,7 +46,6 @@ from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens
 from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters
 
 
-
 def expert_response(action: str) -> str:
     """The assistant turn cloned for one expert action: ``<think>reason</think><action>action</action>`` (the
     same text choose mode scores, ``rollout.choice.action_response``)."""

@@ -13,8 +13,8 @@ from skillduet_plugin.envs.alfworld.expert import TaskParams, task_params
 pytest.importorskip("alfworld")
 
 
-def _play(env, task_id, seed, max_turns=50):
-    expert = env.searching_expert(task_id, seed)
+def _run_expert(env, task_id, expert, max_turns=50):
+    """Play ``task_id`` with ``expert`` (every action must be admissible): its actions and whether it won."""
     obs, info = env.reset(task_id)
     actions = []
     for turn in range(max_turns):
@@ -25,6 +25,10 @@ def _play(env, task_id, seed, max_turns=50):
         if done:
             break
     return actions, bool(info["won"])
+
+
+def _play(env, task_id, seed, max_turns=50):
+    return _run_expert(env, task_id, env.searching_expert(task_id, seed), max_turns)
 
 
 def test_task_params_from_the_task_directory():
@@ -118,15 +122,8 @@ def test_a_hint_sends_the_search_first_where_another_episode_took_the_target(alf
             classes = hint_classes(donor)
             assert classes and all(c.isalpha() for c in classes)
             plain, _ = _play(env, task_id, seed=0)
-            expert = env.searching_expert(task_id, 0, classes)
-            obs, info = env.reset(task_id)
-            hinted = []
-            for turn in range(50):
-                hinted.append(expert(obs, info, turn))
-                obs, _, done, info = env.step(hinted[-1])
-                if done:
-                    break
-            assert info["won"], (task_id, hinted)
+            hinted, won = _run_expert(env, task_id, env.searching_expert(task_id, 0, classes))
+            assert won, (task_id, hinted)
             first_go = next(a for a in hinted if a.startswith("go to "))
             takes = [a for a in hinted if a.startswith(f"take {params.obj} ")]
             assert first_go.split()[2] == classes[0] or not hinted[0].startswith("go to"), (task_id, hinted)
@@ -153,15 +150,8 @@ def test_an_exact_hint_sends_the_expert_first_to_the_named_receptacle_and_lamp(a
         for task_id in env.tasks:
             donor, _ = _play(env, task_id, seed=1)
             hint = hint_of(donor)
-            expert = env.searching_expert(task_id, 0, hint=hint)
-            obs, info = env.reset(task_id)
-            hinted = []
-            for turn in range(50):
-                hinted.append(expert(obs, info, turn))
-                obs, _, done, info = env.step(hinted[-1])
-                if done:
-                    break
-            assert info["won"], (task_id, hinted)
+            hinted, won = _run_expert(env, task_id, env.searching_expert(task_id, 0, hint=hint))
+            assert won, (task_id, hinted)
             assert hinted[0] == f"go to {hint.places[0]}", (task_id, hint, hinted)
             if hint.lamp_places:
                 taken = next(k for k, a in enumerate(hinted) if a.startswith("take "))

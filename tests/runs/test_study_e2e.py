@@ -67,12 +67,13 @@ def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     done = out / "runs" / "grpo-s0"
     assert (done / "summary.json").is_file() and (out / "shared_model" / "config.json").is_file()
     assert not (victim / "summary.json").exists(), "the run finished before it was stopped"
-    stamp = {p: p.stat().st_mtime_ns for p in (done / "summary.json", done / "study_run.json",
-                                                out / "before.json", out / "shared_model" / "config.json")}
+    stamped = (done / "summary.json", done / "study_run.json", out / "before.json",
+               out / "shared_model" / "config.json")
+    stamp = {p: p.stat().st_mtime_ns for p in stamped}
 
     # the rest in two worker processes at once: the resumed run and the two fresh ones
-    again = subprocess.run(_command(games, out) + ["--jobs", "2"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
-                           timeout=240)
+    again = subprocess.run(_command(games, out) + ["--jobs", "2"], cwd=tmp_path, env=_env(tmp_path),
+                           capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
     # completed work is not redone: same files, untouched
     assert {p: p.stat().st_mtime_ns for p in stamp} == stamp

@@ -1,5 +1,7 @@
 """``skillduet train --resume RUN_DIR``: a real ``skillduet train`` process is SIGKILLed mid-run; the resumed run's
-per-step metrics and skill bank equal those of an uninterrupted run."""
+per-step metrics and skill bank equal those of an uninterrupted run. Two RL games, one per step: an epoch of the
+task sampler is two steps, so the run is killed and resumed in its second epoch, whose task order differs from the
+first's (TRL's sampler rebuilt on resume would replay the first's: found by a study run resumed at step 5)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ pytest.importorskip("trl")
 pytest.importorskip("alfworld")
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 3
+STEPS = 4
 # Keys that measure time, not training.
 VOLATILE = ("time/", "step_time", "runtime", "per_second", "elapsed")
 
 
 def _args(games: Path) -> list[str]:
-    return [f"data_dir={games}", "model=tiny", f"steps={STEPS}", "save_steps=1", "tasks_per_step=1",
+    return [f"data_dir={games}", "model=tiny", f"steps={STEPS}", "save_steps=1", "tasks_per_step=1", "train_tasks=2",
             "num_generations=2", "max_turns=2", "max_new_tokens_per_turn=16", "eval_before=false",
             "eval_after=false", "warm_start.enabled=false", "skillduet.consolidation_interval=1", "threads=1"]
 
@@ -68,12 +70,12 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(games, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "skillduet_plugin.cli", "train", *_args(games),
                              "--output-dir", str(broken)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    marker = broken / "checkpoints" / "checkpoint-1" / "skillduet" / "skill_bank.sqlite"
+    marker = broken / "checkpoints" / "checkpoint-2" / "skillduet" / "skill_bank.sqlite"
     deadline = time.monotonic() + 600
     while not marker.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be killed"
-    time.sleep(0.3)  # into step 2: rollout / extraction / update
+    time.sleep(0.3)  # into step 3, the second epoch: rollout / extraction / update
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL

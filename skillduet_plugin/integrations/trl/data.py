@@ -1,4 +1,5 @@
-"""The task dataset GRPOTrainer samples from and the reward function that reads the environment's reward.
+"""The task dataset GRPOTrainer samples from, the sampler that keeps its order on resume, and the reward function
+that reads the environment's reward.
 
 GRPOTrainer's sampler hands out dataset rows ``num_generations`` at a time; here a row is a task (its id and
 scope), and the rollout function plays the episodes. The ``prompt`` column is only a placeholder TRL requires:
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import torch
 from datasets import Dataset
+from trl.trainer.utils import RepeatSampler
 
 
 def task_dataset(env: Any = None, task_ids: Sequence[str] | None = None, *, repeat: int = 1):
@@ -65,3 +68,41 @@ def make_env_reward(invalid_action_penalty: float = 0.1, reward_scale: float = 1
         return [reward_scale * float(r) - invalid_action_penalty * int(n) for r, n in zip(env_reward, invalid_actions)]
 
     return env_reward
+
+
+class ResumableRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose shuffle of epoch ``e`` is the ``e``-th draw of its seeded generator however
+    epoch ``e`` is reached.
+
+    TRL's sampler draws one permutation each time it is iterated, from a generator seeded once, so epoch ``e``
+    gets the ``e``-th draw only when the epochs before it ran in this process. The transformers Trainer resumes
+    a checkpoint of a later epoch without iterating the earlier ones, so a resumed run trained on another epoch's
+    task order than the uninterrupted run from the first step after the checkpoint. Here ``set_epoch`` (called
+    by the Trainer, through accelerate's loaders, before each epoch) names the epoch, and an iteration that is
+    not the next draw replays the generator from its seed to it: an uninterrupted run draws exactly TRL's
+    sequence (the generator is never reset), a resumed one the same permutations.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.epoch: int | None = None  # None until set_epoch: iterate as TRL does
+        self.draws = 0  # permutations drawn from the generator since its seed
+
+    @classmethod
+    def of(cls, sampler: RepeatSampler) -> "ResumableRepeatSampler":
+        """``sampler`` (built by TRL from the trainer's settings) made resumable: the same attributes, nothing drawn."""
+        resumable = cls.__new__(cls)
+        resumable.__dict__.update(sampler.__dict__, epoch=None, draws=0)
+        return resumable
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None and self.epoch is not None and self.epoch != self.draws:
+            self.generator.manual_seed(self.seed)
+            for _ in range(self.epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+            self.draws = self.epoch
+        self.draws += 1
+        return super().__iter__()

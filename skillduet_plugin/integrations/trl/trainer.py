@@ -24,6 +24,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import RepeatSampler
 
 from skillduet_plugin import envs
 from skillduet_plugin.core.conversation import ChatTokenizer
@@ -33,7 +34,7 @@ from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
-from skillduet_plugin.integrations.trl.data import make_env_reward, task_dataset
+from skillduet_plugin.integrations.trl.data import ResumableRepeatSampler, make_env_reward, task_dataset
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
@@ -387,3 +388,8 @@ class SkillDuetMixin(SkillBankSteps):
 
 class SkillDuetGRPOTrainer(SkillDuetMixin, GRPOTrainer):
     """TRL's GRPOTrainer with SkillDuet (see :class:`SkillDuetMixin` for the added arguments)."""
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        """TRL's sampler with its settings, made to keep the task order across a resume."""
+        sampler = super()._get_train_sampler(dataset)
+        return ResumableRepeatSampler.of(sampler) if type(sampler) is RepeatSampler else sampler

@@ -114,7 +114,9 @@ def test_sigkill_through_the_lifecycle_never_corrupts_the_bank(tmp_path, tiny_to
     rng.shuffle(plan)
     last = {"consolidations": 0}
     t0 = time.perf_counter()
-    for target in plan:
+    attempts = 0
+    while plan and attempts < 3 * len(PHASES) * KILLS_PER_PHASE:
+        target, attempts = plan.pop(0), attempts + 1
         phase, step = ctx.Value("i", -1), ctx.Value("i", 0)
         child = ctx.Process(target=_workload, args=(str(tmp_path), tiny_tokenizer, phase, step))
         child.start()
@@ -132,6 +134,8 @@ def test_sigkill_through_the_lifecycle_never_corrupts_the_bank(tmp_path, tiny_to
         last = counts
         assert main(["skills", "history", str(tmp_path)]) == 0
         capsys.readouterr()
+        if not plan:  # on a loaded machine a kill can land in the next phase: aim again at a phase hit too rarely
+            plan = [p for p in PHASES if kills[p] < 2]
     elapsed = time.perf_counter() - t0
     assert sum(kills.values()) >= 20 and all(kills[p] >= 2 for p in PHASES), kills
     assert last["consolidations"] >= 5  # the runs made progress between kills

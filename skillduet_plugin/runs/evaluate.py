@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.core.seeding import seeded_torch_rng
 from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.rollout.choice import hf_choice_fn
 from skillduet_plugin.rollout.collector import hf_generate_fn, run_episodes
@@ -104,6 +105,13 @@ class GlobalCondition:
         text = neutral_text(count_tokens(self.learned_text(scope), tok), tok)
         return global_messages(prompt_messages, text, task=task, budget_tokens=cfg.skill_token_budget,
                                position=cfg.skill_position, tokenizer=tok)
+
+
+def episode_limits(config: Any) -> dict[str, Any]:
+    """A run config's episode settings as :func:`play_panel` takes them: env, turn and token limits, action
+    selection (every evaluation of a run plays its episodes as the run's rollouts did)."""
+    return dict(env_name=config.env, max_turns=config.max_turns, max_new_tokens=config.max_new_tokens_per_turn,
+                max_total_tokens=config.max_total_tokens, action_selection=config.action_mode)
 
 
 def eval_lifecycle(bank_path: str, method: SkillDuetConfig, tokenizer: Any, *, use_global: bool = True) -> Any:
@@ -238,11 +246,7 @@ def sampled_episodes(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env
     """``samples`` sampled episodes per task (no Global; ``student_fns``: per task, its prompt builder), drawn
     from torch's generator seeded with ``seed`` inside a forked RNG: the same episodes on every call, and the
     caller's random state is left as it was."""
-    import torch  # lazy: torch
-
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    with seeded_torch_rng(seed):
         fns = None if student_fns is None else [fn for fn in student_fns for _ in range(samples)]
         return play_panel(model, tokenizer, [t for t in task_ids for _ in range(samples)], env_name=env_name,
                           pool=pool, condition=GlobalCondition("none", None), do_sample=True,
@@ -292,12 +296,9 @@ def evaluate_panel(model: Any, tokenizer: Any, config: Any, task_ids: Sequence[s
     lifecycle = eval_lifecycle(str(bank), config.method_config(), tokenizer) if bank and bank.exists() else None
     pool = make_pool(config, split or config.panel)
     try:
-        return evaluate_conditions(model, tokenizer, task_ids, env_name=config.env, pool=pool, lifecycle=lifecycle,
-                                   conditions=conditions, max_turns=config.max_turns,
-                                   max_new_tokens=config.max_new_tokens_per_turn,
-                                   max_total_tokens=config.max_total_tokens,
-                                   action_selection=config.action_mode, samples=samples, seed=config.seed,
-                                   temperature=config.temperature, log=log)
+        return evaluate_conditions(model, tokenizer, task_ids, pool=pool, lifecycle=lifecycle,
+                                   conditions=conditions, samples=samples, seed=config.seed,
+                                   temperature=config.temperature, log=log, **episode_limits(config))
     finally:
         pool.close()
         if lifecycle is not None:

@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 
 from skillduet_plugin.rollout.teacher_check import first_skill_per_task, local_skill_fn
 from skillduet_plugin.runs.environment import make_pool
-from skillduet_plugin.runs.evaluate import GlobalCondition, eval_lifecycle, play_panel, sampled_summary, summarize
+from skillduet_plugin.runs.evaluate import (GlobalCondition, episode_limits, eval_lifecycle, play_panel,
+                                            sampled_summary, summarize)
 from skillduet_plugin.runs.rundir import write_json
 
 #: The four measurements of :func:`teacher_summary`: (label, which model, with the Local skill).
@@ -40,9 +41,7 @@ def evaluate_local_skills(model: Any, tokenizer: Any, config: Any, task_ids: Seq
         if not tasks:
             return None
         fns = [local_skill_fn(lifecycle, skills[t]) for t in tasks]
-        limits = dict(env_name=config.env, pool=pool, max_turns=config.max_turns,
-                      max_new_tokens=config.max_new_tokens_per_turn, max_total_tokens=config.max_total_tokens,
-                      action_selection=config.action_mode)
+        limits = dict(episode_limits(config), pool=pool)
         t0 = time.time()
         episodes = play_panel(model, tokenizer, tasks, condition=GlobalCondition("none"), student_fns=fns, **limits)
         greedy = {**summarize(episodes, config.env), "seconds": round(time.time() - t0, 1)}

@@ -30,6 +30,7 @@ from skillduet_plugin import envs
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import response_logprobs
 from skillduet_plugin.core.opd import opd_denominator, opd_loss, opd_numerator, opd_per_token
+from skillduet_plugin.core.seeding import seeded_torch_rng
 from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
@@ -206,10 +207,8 @@ class SkillDuetMixin(SkillBankSteps):
         seeded by the run's seed, the step and the rank inside a forked RNG, so training draws what it would
         draw without the check."""
         skills = skills_by_task([ep.task_id for ep in self._episodes], plan.skills)
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=devices):
-            rank = self.accelerator.process_index
-            torch.manual_seed(random.Random(f"teacher_check/{self.args.seed}/{step}/{rank}").getrandbits(63))
+        rank = self.accelerator.process_index
+        with seeded_torch_rng(random.Random(f"teacher_check/{self.args.seed}/{step}/{rank}").getrandbits(63)):
             result = teacher_check(skills, lifecycle=self.lifecycle, samples=self.args.teacher_check_samples,
                                    play=lambda ids, fns: play_batch(self, ids, student_fns=fns, use_vllm=False))
         n = float(result["episodes"])

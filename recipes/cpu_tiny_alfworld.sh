@@ -10,7 +10,7 @@
 #   bash recipes/cpu_tiny_alfworld.sh skillduet.opd_coef=0.2   # extra Hydra overrides come last and win
 #   DRY_RUN=1 bash recipes/cpu_tiny_alfworld.sh            # compose + validate + print the config, exit 0
 #
-# Needs the package installed with its verl extra (`pip install -e ".[verl]"`) or PYTHONPATH at the checkout.
+# Needs a checkout (the CPU pieces are test support) and the package with its verl extra (`pip install -e ".[verl]"`).
 # It is a smoke run of the whole loop, not training: the tiny model learns nothing useful in a few steps.
 set -euo pipefail
 OUT=${OUT:-skillduet_cpu_tiny}
@@ -19,8 +19,11 @@ PYTHON=${PYTHON:-python3}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0 TRL_EXPERIMENTAL_SILENCE=1 OMP_NUM_THREADS=1
 unset CUDA_VISIBLE_DEVICES  # Ray refuses an empty value
+# the CPU platform shim and rollout backend are test support in the checkout (skillduet_testing/), not in the wheel
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 dry=()
 if [[ -n "${DRY_RUN:-}" && "${DRY_RUN}" != 0 ]]; then
     dry=(hydra.output_subdir=null hydra/job_logging=none hydra/hydra_logging=none)
 fi
-exec "$PYTHON" -m skillduet_plugin.testing.verl_cpu_run --out "$OUT" --steps "$STEPS" --save-freq 1 -- "${dry[@]}" "$@"
+exec "$PYTHON" -m skillduet_testing.verl_cpu_run --out "$OUT" --steps "$STEPS" --save-freq 1 -- "${dry[@]}" "$@"

@@ -16,7 +16,7 @@
 # The GPU recipes (common.sh) use verl's vLLM rollout with the same plugin settings; what differs is device-only:
 # the CPU platform (VERL_PLATFORM=cpu, loaded by VERL_USE_EXTERNAL_MODULES), rollout dtype=float32,
 # enforce_eager=True, enable_sleep_mode=False, free_cache_engine=False, tensor_model_parallel_size=1,
-# VLLM_CPU_KVCACHE_SPACE / VLLM_CPU_OMP_THREADS_BIND (all in skillduet_plugin/testing/verl_vllm.py).
+# VLLM_CPU_KVCACHE_SPACE / VLLM_CPU_OMP_THREADS_BIND (all in skillduet_testing/verl_vllm.py).
 # It is a smoke run of the whole loop, not training: the tiny model learns nothing useful in a few steps.
 set -euo pipefail
 OUT=${OUT:-skillduet_cpu_vllm}
@@ -25,8 +25,11 @@ PYTHON=${PYTHON:-python3}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0 TRL_EXPERIMENTAL_SILENCE=1 OMP_NUM_THREADS=1
 unset CUDA_VISIBLE_DEVICES  # Ray refuses an empty value
+# the CPU platform shim and rollout backend are test support in the checkout (skillduet_testing/), not in the wheel
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 dry=()
 if [[ -n "${DRY_RUN:-}" && "${DRY_RUN}" != 0 ]]; then
     dry=(hydra.output_subdir=null hydra/job_logging=none hydra/hydra_logging=none)
 fi
-exec "$PYTHON" -m skillduet_plugin.testing.verl_vllm --out "$OUT" --steps "$STEPS" --save-freq 1 -- "${dry[@]}" "$@"
+exec "$PYTHON" -m skillduet_testing.verl_vllm --out "$OUT" --steps "$STEPS" --save-freq 1 -- "${dry[@]}" "$@"

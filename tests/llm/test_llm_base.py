@@ -10,7 +10,7 @@ import pytest
 from skillduet_plugin.config import BackendConfig, ConfigError
 from skillduet_plugin.llm import ChatBackend, ChatRequest, PermanentError, RetryableError, make_backend
 from skillduet_plugin.llm.base import MAX_BACKOFF_S, backoff_delay
-from skillduet_plugin.testing.fault_backends import FlakyBackend, FunctionBackend
+from skillduet_testing.fault_backends import FlakyBackend, FunctionBackend
 from skillduet_plugin.llm.offline import OfflineBackend
 
 

@@ -9,7 +9,7 @@ from skillduet_plugin.rollout.choice import action_response, candidate_logprobs,
 from skillduet_plugin.rollout.collector import Generation, run_episodes
 from skillduet_plugin.rollout.engine import decisive_mask
 from skillduet_plugin.core.conversation import ChatTokenizer
-from skillduet_plugin.testing.toy_pool import ToyStepResult
+from skillduet_testing.toy_pool import ToyStepResult
 
 TASK = "put a mug in desk."
 

@@ -8,7 +8,7 @@ import torch
 from skillduet_plugin.rollout.collector import Generation, hf_generate_fn, run_episodes, to_trajectory
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.envs.toy import toy_turn_message
-from skillduet_plugin.testing.toy_pool import ToyPool
+from skillduet_testing.toy_pool import ToyPool
 from skillduet_plugin.skills.types import GlobalSkills
 
 
@@ -188,12 +188,12 @@ class AlfLikePool:
                 "task_type": "pick", "task": "put a mug in desk."}
 
     def reset(self, task_ids):
-        from skillduet_plugin.testing.toy_pool import ToyStepResult
+        from skillduet_testing.toy_pool import ToyStepResult
 
         return [ToyStepResult(obs="You are in the middle of a room.", info=self._info()) for _ in task_ids]
 
     def step(self, ids, actions):
-        from skillduet_plugin.testing.toy_pool import ToyStepResult
+        from skillduet_testing.toy_pool import ToyStepResult
 
         self.steps.append(list(actions))
         won = len(self.steps) == 2
@@ -236,7 +236,7 @@ class FailingResetPool(AlfLikePool):
     """The second task's reset fails as ``EnvPool`` reports it: an error and an info without the task text."""
 
     def reset(self, task_ids):
-        from skillduet_plugin.testing.toy_pool import ToyStepResult
+        from skillduet_testing.toy_pool import ToyStepResult
 
         results = super().reset(task_ids)
         results[1] = ToyStepResult(obs="", done=True, info={"won": False, "task_id": task_ids[1]},

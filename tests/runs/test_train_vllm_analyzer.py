@@ -27,7 +27,7 @@ def server(tmp_path_factory):
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not importable: SmolLM2-135M-Instruct cannot be converted")
     from skillduet_plugin.llm.gguf import convert_gguf, find_package_gguf
-    from skillduet_plugin.testing.vllm_server import VLLMServer
+    from skillduet_testing.vllm_server import VLLMServer
 
     root = tmp_path_factory.mktemp("vllm_serve")
     convert_gguf(find_package_gguf(), root / "smollm2")

@@ -10,8 +10,8 @@ import pytest
 from skillduet_plugin.integrations.trl import callback as callback_module
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 from skillduet_plugin.skills.tracking import CANDIDATE_COLUMNS, LOCAL_COLUMNS, SkillTracker
-from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts, wandb_flushed,
-                                                    wandb_history, wandb_media, wandb_offline_runs)
+from skillduet_testing.tracker_files import (tensorboard_scalars, tensorboard_texts, wandb_flushed,
+                                             wandb_history, wandb_media, wandb_offline_runs)
 
 SKILLDUET = {"consolidation_interval": 2, "opd_coef": 0.2}
 

@@ -10,7 +10,7 @@ import sys
 
 
 def main(model_dir: str, out_dir: str) -> None:
-    from skillduet_plugin.testing.vllm_server import CPU_ENV
+    from skillduet_testing.vllm_server import CPU_ENV
 
     for key, value in {**CPU_ENV, "TRL_EXPERIMENTAL_SILENCE": "1"}.items():
         os.environ.setdefault(key, value)

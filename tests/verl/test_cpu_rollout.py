@@ -12,7 +12,7 @@ pytest.importorskip("verl")
 
 
 def _server(model_dir):
-    from skillduet_plugin.testing.verl_rollout import CPURolloutServer
+    from skillduet_testing.verl_rollout import CPURolloutServer
 
     return CPURolloutServer(str(model_dir), response_length=8, seed=0)
 
@@ -60,7 +60,7 @@ def test_backend_registered_for_replica_and_worker():
     from verl.workers.rollout.base import get_rollout_class
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from skillduet_plugin.testing.verl_rollout import NAME, CPURolloutAdapter, CPURolloutReplica
+    from skillduet_testing.verl_rollout import NAME, CPURolloutAdapter, CPURolloutReplica
 
     assert NAME == "hf"
     assert RolloutReplicaRegistry.get(NAME) is CPURolloutReplica

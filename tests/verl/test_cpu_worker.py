@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.slow
 def test_actor_worker_log_probs_and_opd_training_step(tiny_model_dir, monkeypatch):
-    from skillduet_plugin.testing.verl_cpu import cpu_env
+    from skillduet_testing.verl_cpu import cpu_env
 
     for key, value in cpu_env().items():
         monkeypatch.setenv(key, value)

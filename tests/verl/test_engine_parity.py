@@ -16,7 +16,7 @@ from skillduet_plugin.config import SkillDuetConfig  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import build_trajectories  # noqa: E402
 from skillduet_plugin.rollout.collector import Generation, run_episodes, to_trajectory  # noqa: E402
 from skillduet_plugin.core.conversation import ChatTokenizer  # noqa: E402
-from skillduet_plugin.testing.toy_pool import ToyPool  # noqa: E402
+from skillduet_testing.toy_pool import ToyPool  # noqa: E402
 from skillduet_plugin.skills.bank import SkillBank  # noqa: E402
 from skillduet_plugin.skills.extract import plan_jobs  # noqa: E402
 from skillduet_plugin.skills.lifecycle import SkillLifecycle  # noqa: E402

@@ -16,10 +16,10 @@ pytest.importorskip("verl")
 pytest.importorskip("ray")
 pytest.importorskip("transfer_queue")
 
-from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
-                                                    wandb_history, wandb_media, wandb_offline_runs)
-from skillduet_plugin.testing.verl_cpu_run import read_metrics, run  # noqa: E402
-from skillduet_plugin.testing.verl_rollout import SKIP_SYNC_ENV  # noqa: E402
+from skillduet_testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
+                                             wandb_history, wandb_media, wandb_offline_runs)
+from skillduet_testing.verl_cpu_run import read_metrics, run  # noqa: E402
+from skillduet_testing.verl_rollout import SKIP_SYNC_ENV  # noqa: E402
 
 GAP = "training/rollout_probs_diff_max"  # verl's max |p_rollout - p_actor| over the step's response tokens
 TRACKERS = "trainer.logger=[console,file,tensorboard]"

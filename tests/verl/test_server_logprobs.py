@@ -35,7 +35,7 @@ def test_cpu_server_prefill_equals_actor_logprobs(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from skillduet_plugin.core.logprobs import response_logprobs
-    from skillduet_plugin.testing.verl_rollout import CPURolloutServer
+    from skillduet_testing.verl_rollout import CPURolloutServer
 
     server = CPURolloutServer(str(tiny_model_dir), response_length=8, seed=0)
     g = torch.Generator().manual_seed(0)

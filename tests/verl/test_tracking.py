@@ -15,8 +15,8 @@ from skillduet_plugin.skills.consolidate import ConsolidationReport  # noqa: E40
 from skillduet_plugin.skills.tracking import SkillTracker, TrackerBridge  # noqa: E402
 from skillduet_plugin.skills.tracking_writers import ConsoleWriter, TensorBoardWriter, WandbWriter  # noqa: E402
 from skillduet_plugin.skills.types import Skill  # noqa: E402
-from skillduet_plugin.testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
-                                                    wandb_flushed, wandb_history, wandb_media, wandb_offline_runs)
+from skillduet_testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
+                                             wandb_flushed, wandb_history, wandb_media, wandb_offline_runs)
 
 
 def _emit(tracker, tracking) -> Skill:

@@ -17,7 +17,7 @@ pytest.importorskip("verl")
 pytest.importorskip("ray")
 pytest.importorskip("transfer_queue")
 
-from skillduet_plugin.testing.verl_cpu_run import (  # noqa: E402
+from skillduet_testing.verl_cpu_run import (  # noqa: E402
     GREEDY_OVERRIDES, data_parallel_overrides, read_metrics, run)
 
 TWO = [*GREEDY_OVERRIDES, *data_parallel_overrides(2)]

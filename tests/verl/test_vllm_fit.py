@@ -20,8 +20,8 @@ pytest.importorskip("ray")
 pytest.importorskip("transfer_queue")
 pytest.importorskip("vllm")
 
-from skillduet_plugin.testing.verl_cpu_run import read_metrics  # noqa: E402
-from skillduet_plugin.testing.verl_vllm import SKIP_SYNC_ENV, run  # noqa: E402
+from skillduet_testing.verl_cpu_run import read_metrics  # noqa: E402
+from skillduet_testing.verl_vllm import SKIP_SYNC_ENV, run  # noqa: E402
 from test_real_fit import GAP, _bank_globals, assert_rollout_synced, assert_server_logprobs_match  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

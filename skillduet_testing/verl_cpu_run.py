@@ -2,9 +2,9 @@
 
 Used by the real-loop CI tests and by ``recipes/cpu_tiny_alfworld.sh``. Everything is built locally (tiny
 tokenizer and model, generated ALFWorld games or a rule-reward arithmetic set); nothing is downloaded. The run
-goes through the test-only CPU platform shim and CPU rollout backend (``skillduet_plugin.testing.verl_rollout``).
+goes through the test-only CPU platform shim and CPU rollout backend (``skillduet_testing.verl_rollout``).
 
-    python -m skillduet_plugin.testing.verl_cpu_run --out /tmp/skillduet_cpu [--steps 2] [--stock] [overrides...]
+    python -m skillduet_testing.verl_cpu_run --out /tmp/skillduet_cpu [--steps 2] [--stock] [overrides...]
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Sequence
 from skillduet_plugin.integrations.verl.data import build_dataset
 from skillduet_plugin.warmstart.tiny_model import build_tiny
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 #: What makes verl 0.9.1 run on a 2-core CPU machine (see the CPU notes of docs/research on verl).
 CPU_OVERRIDES = [
-    "actor_rollout_ref.rollout.name=hf",  # skillduet_plugin.testing.verl_rollout
+    "actor_rollout_ref.rollout.name=hf",  # skillduet_testing.verl_rollout
     "actor_rollout_ref.rollout.mode=async",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "actor_rollout_ref.rollout.agent.num_workers=1",
@@ -137,7 +137,7 @@ def build_alfworld_dataset(out_dir: str | os.PathLike, max_train: int = 8) -> st
 
 def run_env(extra_pythonpath: str | None = None, **extra: str) -> dict[str, str]:
     """The subprocess environment: offline, one thread per process, the CPU shim and backend in every process."""
-    from skillduet_plugin.testing.verl_rollout import cpu_rollout_env  # lazy: imports torch
+    from skillduet_testing.verl_rollout import cpu_rollout_env  # lazy: imports torch
 
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)

@@ -4,10 +4,10 @@ CPU build serving the rollouts and the teacher/Strength prefills.
 verl's ``vLLMReplica`` / ``vLLMHttpServer`` / ``ServerAdapter`` run unchanged; the pieces that assume CUDA are
 replaced here, each for one reason:
 
-* the CPU platform (``skillduet_plugin.testing.verl_cpu``): its ``is_ipc_supported()`` is False, so verl's
+* the CPU platform (``skillduet_testing.verl_cpu``): its ``is_ipc_supported()`` is False, so verl's
   bucketed weight transfer takes its shared-memory path instead of CUDA IPC and ``torch.cuda`` calls;
 * vLLM's CPU linear layers repack their weights after loading, so verl's in-place ``model.load_weights`` sync
-  fails; ``skillduet_plugin.testing.verl_vllm_server`` runs it inside vLLM's own layerwise reload (the server
+  fails; ``skillduet_testing.verl_vllm_server`` runs it inside vLLM's own layerwise reload (the server
   and replica subclasses only name that worker extension);
 * ``vLLMReplica.launch_servers`` reads ``get_accelerator_ids()[<platform resource>][0]`` in each training
   worker to set the server's visible devices; Ray lists accelerators only, never ``CPU``, so the worker-side
@@ -41,11 +41,11 @@ from ray.runtime_context import RuntimeContext
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from skillduet_plugin.testing import verl_cpu_run as base
-from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
-from skillduet_plugin.testing.verl_cpu import cpu_env
-from skillduet_plugin.testing.verl_cpu_run import read_metrics
-from skillduet_plugin.testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
+from skillduet_testing import verl_cpu_run as base
+from skillduet_testing.verl_cpu import MODULE as PLATFORM_MODULE
+from skillduet_testing.verl_cpu import cpu_env
+from skillduet_testing.verl_cpu_run import read_metrics
+from skillduet_testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
 from skillduet_plugin.warmstart.tiny_model import build_tiny
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _replica_class() -> type:
-    from skillduet_plugin.testing.verl_vllm_server import CPUvLLMReplica  # lazy: imports vllm
+    from skillduet_testing.verl_vllm_server import CPUvLLMReplica  # lazy: imports vllm
 
     return CPUvLLMReplica
 
@@ -174,7 +174,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m skillduet_plugin.testing.verl_vllm --out DIR [--steps N] [--stock] [overrides...]``."""
+    """``python -m skillduet_testing.verl_vllm --out DIR [--steps N] [--stock] [overrides...]``."""
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the model, data, checkpoints and logs")

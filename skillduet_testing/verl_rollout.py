@@ -29,8 +29,8 @@ from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
-from skillduet_plugin.testing.verl_cpu import MODULE as PLATFORM_MODULE
-from skillduet_plugin.testing.verl_cpu import cpu_env
+from skillduet_testing.verl_cpu import MODULE as PLATFORM_MODULE
+from skillduet_testing.verl_cpu import cpu_env
 
 logger = logging.getLogger(__name__)
 

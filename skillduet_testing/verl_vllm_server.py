@@ -22,7 +22,7 @@ from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, 
 from vllm.model_executor.model_loader import utils as loader_utils
 from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
-from skillduet_plugin.testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
+from skillduet_testing.vllm_socket import RUN_TAG_ENV, tagged_zmq_handle
 
 
 class CPUWorkerExtension(vLLMColocateWorkerExtension):

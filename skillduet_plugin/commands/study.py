@@ -13,6 +13,7 @@ from pathlib import Path
 
 from skillduet_plugin import study
 from skillduet_plugin.config import ConfigError
+from skillduet_plugin.runs.overrides import config_and_overrides
 from skillduet_plugin.study import ARMS, DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS, StudySpec
 
 
@@ -42,9 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _spec(args: argparse.Namespace):
 
-    config, overrides = args.config, list(args.overrides)
-    if config is not None and "=" in config:  # `skillduet study steps=3`: no file, only overrides
-        config, overrides = None, [config] + overrides
+    config, overrides = config_and_overrides([args.config, *args.overrides])
     try:
         seeds = ([int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds
                  else list(QUICK_SEEDS if args.quick else (0, 1, 2)))

@@ -16,6 +16,7 @@ import yaml
 
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.runs.config import load_run_config, settings_help
+from skillduet_plugin.runs.overrides import config_and_overrides
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,11 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    config_path, overrides = args.config, list(args.overrides)
-    if config_path is not None and "=" in config_path:  # `skillduet train steps=3`: no file, only overrides
-        config_path, overrides = None, [config_path] + overrides
     resume = getattr(args, "resume", None)
     try:
+        config_path, overrides = config_and_overrides([args.config, *args.overrides])
         if resume is not None:
             from skillduet_plugin.runs.trl_runner import resume_point  # lazy: imports torch
 

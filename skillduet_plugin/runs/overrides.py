@@ -4,7 +4,7 @@ their dotted path, and nested mappings merged (``runs.config.load_run_config`` a
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -19,6 +19,17 @@ def parse_value(text: str) -> Any:
         return yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         return text
+
+
+def config_and_overrides(positionals: Sequence[str | None]) -> tuple[str | None, list[str]]:
+    """A command line's positionals in any order: the one without ``=`` is the YAML config file (None: none
+    given), the others are ``key=value`` overrides, in their order."""
+    given = [p for p in positionals if p is not None]
+    files = [p for p in given if "=" not in p]
+    if len(files) > 1:
+        raise ConfigError(f"config={files[1]!r} is invalid: give one YAML config file (got {', '.join(files)}); "
+                          "settings go as key=value")
+    return (files[0] if files else None), [p for p in given if "=" in p]
 
 
 def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:

@@ -18,6 +18,10 @@ from skillduet_plugin.envs.registry import env_spec
 
 TASK_LINE = "Your task is to: {task}"
 
+#: The first line of an environment registered with its factory alone (no ``prompts=``): who the agent is, in
+#: verl-agent's wording, naming no environment.
+NEUTRAL_ROLE = "You are an expert agent operating in a text-based environment."
+
 INSTRUCTION = ("Now it's your turn to take an action. First reason step by step about the current situation "
                "inside <think> </think>, then give exactly one admissible action inside <action> </action>.")
 
@@ -40,11 +44,20 @@ class PromptTemplates:
         return (self.role, self.current, self.actions, self.history_header, self.history_item, self.instruction)
 
 
-def _templates(env_name: str) -> PromptTemplates:
+#: The standard prompt of an environment registered without ``prompts=`` (a neutral role, verl-agent's wording)
+DEFAULT_TEMPLATES = PromptTemplates(role=NEUTRAL_ROLE)
+
+
+def templates(env_name: str) -> PromptTemplates:
+    """The prompt pieces of ``env_name``: its registered ``prompts=``, or :data:`DEFAULT_TEMPLATES` when it
+    registered none. An environment that builds its own first prompt (``initial_messages=``) has no standard
+    pieces to fall back on: asking for them is a one-line error."""
     spec = env_spec(env_name)
-    if spec.prompts.templates is None:
+    if spec.prompts.templates is not None:
+        return spec.prompts.templates
+    if spec.prompts.initial_messages is not None:
         raise KeyError(f"env_name={env_name!r} has no prompt templates: it registers its own initial_messages")
-    return spec.prompts.templates
+    return DEFAULT_TEMPLATES
 
 
 def format_observation(env_name: str, obs: str, task: str | None = None) -> str:
@@ -83,7 +96,7 @@ def initial_messages(env_name: str, *, task: str, observation: str, admissible_a
     if spec.prompts.initial_messages is not None:
         return spec.prompts.initial_messages(env_name, task=task, observation=observation,
                                              admissible_actions=admissible_actions, system_prompt=system_prompt)
-    t = _templates(env_name)
+    t = templates(env_name)
     _check_task(task)
     user = "\n".join([
         t.role,
@@ -103,7 +116,7 @@ def turn_message(env_name: str, *, observation: str, admissible_actions: Sequenc
     if spec.prompts.turn_message is not None:
         return spec.prompts.turn_message(env_name, observation=observation, admissible_actions=admissible_actions,
                                          step=step)
-    t = _templates(env_name)
+    t = templates(env_name)
     if step < 1:
         raise ValueError(f"step={step} must be >= 1 (1-based: env info['step'] + 1)")
     return "\n".join([
@@ -119,7 +132,7 @@ def step_messages(env_name: str, *, task: str, history: Sequence[tuple[str, str]
                   system_prompt: str | None = None) -> list[dict[str, str]]:
     """verl-agent's per-step prompt: the task, the last ``history_length`` (observation, action) pairs of
     ``history`` (all earlier steps of the episode, oldest first), and the current observation."""
-    t = _templates(env_name)
+    t = templates(env_name)
     _check_task(task)
     if history_length < 0:
         raise ValueError(f"history_length={history_length} must be >= 0")
@@ -141,5 +154,5 @@ def step_messages(env_name: str, *, task: str, history: Sequence[tuple[str, str]
     return messages + [_message("user", "\n".join(lines))]
 
 
-__all__ = ["INSTRUCTION", "TASK_LINE", "PromptTemplates", "format_actions", "format_observation",
-           "initial_messages", "step_messages", "turn_message"]
+__all__ = ["DEFAULT_TEMPLATES", "INSTRUCTION", "NEUTRAL_ROLE", "TASK_LINE", "PromptTemplates", "format_actions",
+           "format_observation", "initial_messages", "step_messages", "templates", "turn_message"]

@@ -30,7 +30,8 @@ class EnvPrompts:
     """How prompts show an environment.
 
     Attributes:
-        templates: the pieces of the standard verl-agent prompt (``envs.prompts``); None with ``initial_messages``.
+        templates: the pieces of the standard verl-agent prompt (``envs.prompts``); None: the standard prompt with
+            a neutral role (``envs.prompts.DEFAULT_TEMPLATES``), or ``initial_messages`` builds the prompts.
         format_observation: ``(obs, task) -> text`` as prompts show an observation (default: stripped).
         format_actions: ``(admissible) -> shown actions`` (default: as given, ``help`` dropped).
         initial_messages / turn_message: replace the standard prompt builder (same signatures as

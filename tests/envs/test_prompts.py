@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from skillduet_plugin.envs.prompts import (
+    NEUTRAL_ROLE,
     format_actions,
     format_observation,
     initial_messages,
     step_messages,
     turn_message,
 )
+from skillduet_plugin.envs.registry import ENVS, register_env
 
 # A real first observation of the engine (valid_unseen, pick_clean_then_place_in_recep).
 ALF_OBS = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
@@ -96,3 +98,30 @@ def test_bad_input_is_named():
         initial_messages("alfworld", task=" ", observation="o", admissible_actions=[])
     with pytest.raises(TypeError, match="list of strings"):
         format_actions("alfworld", "look")
+
+
+def test_an_env_registered_with_its_factory_alone_gets_the_standard_prompt_with_a_neutral_role():
+    """docs/ARCHITECTURE.md: everything but the factory is optional. ``register_env("bare", make_bare)`` prompts
+    like ALFWorld's standard prompt, with a role that names no environment."""
+    register_env("bare", lambda **kw: None)
+    register_env("own_first_prompt", lambda **kw: None, initial_messages=lambda *a, **kw: [])
+    try:
+        (msg,) = initial_messages("bare", task="switch on the red lamp.", observation=" Three lamps are off. ",
+                                  admissible_actions=["switch red", "help"])
+        lines = msg["content"].split("\n")
+        assert lines[:4] == [NEUTRAL_ROLE, "Your task is to: switch on the red lamp.",
+                             "You are now at step 1 and your current observation is: Three lamps are off.",
+                             "Your admissible actions of the current situation are: ['switch red']."]
+        assert lines[-1].startswith("Now it's your turn") and "<action> </action>" in lines[-1]
+        assert turn_message("bare", observation="Wrong lamp.", admissible_actions=["switch red"], step=2) == (
+            "You are now at step 2 and your current observation is: Wrong lamp.\n"
+            "Your admissible actions of the current situation are: ['switch red'].\n\n" + lines[-1])
+        (later,) = step_messages("bare", task="t.", history=[("o1", "switch red")], observation="o2",
+                                 admissible_actions=[], step=2)
+        assert later["content"].startswith(NEUTRAL_ROLE + "\n")
+        # an environment that builds its own first prompt has no standard pieces: still a one-line error
+        with pytest.raises(KeyError, match="own_first_prompt.*registers its own initial_messages"):
+            turn_message("own_first_prompt", observation="o", admissible_actions=[], step=2)
+    finally:
+        ENVS.unregister("bare")
+        ENVS.unregister("own_first_prompt")

@@ -1,0 +1,44 @@
+"""``beacons``: light the beacon the task names. The minimal registration of docs/ARCHITECTURE.md: a TextEnv and
+its factory, registered with nothing else (no prompts, no expert, no presets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillduet_plugin.envs.base import TextEnv
+from skillduet_plugin.envs.registry import register_env
+
+COLOURS = ("red", "blue", "green")
+
+
+class BeaconsEnv(TextEnv):
+    """Three tasks, two turns: a wrong beacon costs a turn; the right one wins (reward 1) and ends the episode."""
+
+    def __init__(self, split: str = "train") -> None:
+        self.split = split
+        self._colour, self._turn = "", 0
+
+    @property
+    def tasks(self) -> list[str]:
+        return [f"beacon-{c}" for c in COLOURS]
+
+    def _info(self, won: bool) -> dict[str, Any]:
+        return {"admissible_actions": [f"light {c}" for c in COLOURS], "won": won, "score": float(won),
+                "task_type": "beacons", "task": f"light the {self._colour} beacon."}
+
+    def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        self._colour, self._turn = task_id.split("-", 1)[1], 0
+        return "Three beacons stand dark on the hill.", self._info(False)
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        self._turn += 1
+        won = action == f"light {self._colour}"
+        obs = "The beacon blazes." if won else "That beacon stays dark."
+        return obs, float(won), won or self._turn >= 2, self._info(won)
+
+
+def make_beacons(data_dir: str | None = None, split: str = "train", **kwargs: Any) -> BeaconsEnv:
+    return BeaconsEnv(split)
+
+
+register_env("beacons", make_beacons)

@@ -9,6 +9,7 @@
 #   ANALYZER_MODEL  served model name (default Qwen/Qwen3-32B; the paper uses a ~27B analyzer)
 #   N_GPUS NNODES   GPUs per node / nodes (default 8 / 1)
 #   ROLLOUT         vllm | sglang (default vllm)
+#   MAX_TURNS       skillduet.env.max_turns (default: WebShop 15, ALFWorld the package's default)
 #   PROJECT EXP     logger project / experiment names
 #   DRY_RUN=1       compose, validate and print the full config, then exit 0 (no GPU, no Ray)
 set -euo pipefail
@@ -27,7 +28,8 @@ PYTHON=${PYTHON:-python3}
 skillduet_env_args() {
     local env=$1
     case "$env" in
-        alfworld) MAX_TURNS=${MAX_TURNS:-50}; PROMPT_LEN=${PROMPT_LEN:-4096}; RESPONSE_LEN=${RESPONSE_LEN:-16384} ;;
+        # ALFWorld plays the package's defaults for the turns (skillduet.env.*, docs/configuration.md)
+        alfworld) PROMPT_LEN=${PROMPT_LEN:-4096}; RESPONSE_LEN=${RESPONSE_LEN:-16384} ;;
         webshop)  MAX_TURNS=${MAX_TURNS:-15}; PROMPT_LEN=${PROMPT_LEN:-4096}; RESPONSE_LEN=${RESPONSE_LEN:-8192} ;;
         *) echo "unknown env '$env' (alfworld|webshop)" >&2; return 2 ;;
     esac
@@ -41,9 +43,8 @@ skillduet_env_args() {
         data.filter_overlong_prompts=False
         data.truncation=error
         skillduet.env.name=$env
-        skillduet.env.max_turns=$MAX_TURNS
-        skillduet.env.max_new_tokens_per_turn=512
     )
+    if [[ -n "${MAX_TURNS:-}" ]]; then ENV_ARGS+=(skillduet.env.max_turns="$MAX_TURNS"); fi
     if [[ -n "${ENV_DATA_DIR:-}" ]]; then ENV_ARGS+=(skillduet.env.data_dir="$ENV_DATA_DIR"); fi
 }
 

@@ -134,6 +134,15 @@ class SkillDuetConfig:
         return cls(**data)
 
     @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "SkillDuetConfig":
+        """The settings given as ``SKILLDUET_<FIELD>`` variables (``SKILLDUET_OPD_COEF=0.2``; values read as
+        YAML scalars), the defaults for the rest: how a patched legacy verl actor (``patches/``) gets them."""
+        environ = os.environ if environ is None else environ
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("analyzer", "synthesizer")]
+        return cls.from_dict({n: yaml.safe_load(environ[f"SKILLDUET_{n.upper()}"]) for n in names
+                              if f"SKILLDUET_{n.upper()}" in environ})
+
+    @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "SkillDuetConfig":
         data = read_yaml(path)
         if "skillduet" in data and isinstance(data["skillduet"], Mapping):

@@ -66,16 +66,14 @@ TINY_OVERRIDES = [
     "trainer.project_name=skillduet_cpu",
 ]
 
-#: SkillDuet on generated ALFWorld games: 3 turns of up to 24 tokens, offline analyzer and synthesizer.
+#: SkillDuet on generated ALFWorld games: 3 turns of up to 24 tokens; the environment (ALFWorld) and the
+#: offline analyzer and synthesizer are the defaults.
 ALFWORLD_OVERRIDES = [
     "trainer.plugins=[skillduet]",
     "data.max_prompt_length=1024",
     "data.max_response_length=320",
-    "skillduet.env.name=alfworld",
     "skillduet.env.max_turns=3",
     "skillduet.env.max_new_tokens_per_turn=24",
-    "skillduet.analyzer.kind=offline",
-    "skillduet.synthesizer.kind=offline",
     "skillduet.consolidation_interval=1",
     "skillduet.global_server=skillduet_cpu_global_skills",
     "skillduet.replay_poll_interval_s=0.1",  # verl's 2-s poll would round every step's rollout up to whole polls
@@ -157,11 +155,27 @@ def runtime_env_overrides(env: dict[str, str]) -> list[str]:
     return [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={json.dumps(env[k])}" for k in keys if env.get(k)]
 
 
+#: The entry modules a run may start: SkillDuet's (its config holds ``trainer.plugins`` and the ``skillduet:``
+#: section) and stock verl's (those keys are new to its config, so they take a ``+``).
+ENTRIES = ("skillduet_plugin.main_ppo", "verl.trainer.main_ppo")
+
+
+def for_entry(overrides: Sequence[str], entry: str) -> list[str]:
+    """``overrides`` as ``entry`` takes them: stock verl's config has no ``trainer.plugins`` nor ``skillduet``."""
+    if entry == ENTRIES[0]:
+        return list(overrides)
+    new = ("trainer.plugins=", "skillduet.")
+    return [f"+{o}" if o.startswith(new) else o for o in overrides]
+
+
 def command(model_dir: str, train_file: str, out_dir: str, *, steps: int, stock: bool, save_freq: int,
-            env: dict[str, str], extra: Sequence[str] = ()) -> list[str]:
-    """The ``python -m skillduet_plugin.main_ppo`` command line of one tiny CPU run."""
-    run = [sys.executable, "-m", "skillduet_plugin.main_ppo", *CPU_OVERRIDES, *TINY_OVERRIDES,
-           *(STOCK_OVERRIDES if stock else ALFWORLD_OVERRIDES),
+            env: dict[str, str], extra: Sequence[str] = (), entry: str = ENTRIES[0]) -> list[str]:
+    """The ``python -m <entry>`` command line of one tiny CPU run."""
+    if entry not in ENTRIES:
+        raise ValueError(f"entry={entry!r}: expected one of {', '.join(ENTRIES)}")
+    extra = for_entry(extra, entry)
+    run = [sys.executable, "-m", entry, *CPU_OVERRIDES, *TINY_OVERRIDES,
+           *for_entry(STOCK_OVERRIDES if stock else ALFWORLD_OVERRIDES, entry),
            f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train_file}",
            f"data.val_files={train_file}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}",
            f"trainer.default_local_dir={Path(out_dir) / 'checkpoints'}",
@@ -184,10 +198,11 @@ def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, float]]:
 
 def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_freq: int = 1,
         metrics: str | None = None, overrides: Sequence[str] = (), extra_env: dict[str, str] | None = None,
-        log: str | None = None, timeout: float | None = None) -> int:
+        log: str | None = None, timeout: float | None = None, entry: str = ENTRIES[0]) -> int:
     """Build the tiny model and dataset under ``out`` and run ``main_ppo`` to completion; returns its exit code.
 
-    ``log``: write the run's output there (else it goes to this process's stdout).
+    ``log``: write the run's output there (else it goes to this process's stdout). ``entry``: the module run
+    (:data:`ENTRIES`; the overrides are written as it takes them).
     """
 
     out = Path(out).expanduser().resolve()
@@ -198,7 +213,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     pythonpath = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
     env = run_env(pythonpath, VERL_FILE_LOGGER_PATH=str(metrics), **(extra_env or {}))
     cmd = command(model_dir, train_file, str(out), steps=steps, stock=stock, save_freq=save_freq, env=env,
-                  extra=overrides)
+                  extra=overrides, entry=entry)
     return launch(cmd, env, out, log=log, timeout=timeout)
 
 

@@ -17,6 +17,7 @@ import math
 import textwrap
 import types
 import typing
+import warnings
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
 
 #: An unknown-key error lists the allowed keys when there are at most this many (else it names near misses).
@@ -156,6 +157,54 @@ def check_keys(section: str, data: Mapping[str, Any], known: Iterable[str] | typ
                                  known.__name__ if isinstance(known, type) else "its settings class")
 
 
+#: The release that stops accepting the deprecated setting names (each still works, with a warning, until then).
+REMOVED_IN = "0.2"
+
+
+class SettingRenamed(FutureWarning):
+    """A setting was given under its old name; the value is used under the new one (for one release)."""
+
+
+def take_renamed(data: Mapping[str, Any], renamed: Mapping[str, str], section: str = "",
+                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``data`` (nested mappings) with each old dotted key of ``renamed`` (``old -> new``, both relative to
+    ``data``) moved to its new name, and a one-line :class:`SettingRenamed` warning; a None value under the old
+    name counts as absent (a Hydra node may list the old key as null). Old and new both set (the new one to
+    another value than its entry in ``defaults``, when given): a ConfigError."""
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    prefix = f"{section}." if section else ""
+    for old, new in renamed.items():
+        *old_parents, old_leaf = old.split(".")
+        node = _node(out, old_parents)
+        if node is None or old_leaf not in node:
+            continue
+        value = node.pop(old_leaf)
+        if value is None:
+            continue
+        *new_parents, new_leaf = new.split(".")
+        target = _node(out, new_parents, create=True)
+        default = (_node(dict(defaults), new_parents) or {}).get(new_leaf) if defaults is not None else None
+        if target.get(new_leaf) not in (None, value, default):
+            invalid(f"{prefix}{old}", value, f"it is the old name of {prefix}{new}, which is set too: keep "
+                    f"{prefix}{new} only")
+        target[new_leaf] = value
+        # warn_explicit without a source line: the message is the one line printed
+        warnings.warn_explicit(f"{prefix}{old} is deprecated and stops working in skillduet {REMOVED_IN}: write "
+                               f"{prefix}{new}", SettingRenamed, filename="skillduet", lineno=0)
+    return out
+
+
+def _node(data: dict[str, Any], parents: Sequence[str], create: bool = False) -> dict[str, Any] | None:
+    for key in parents:
+        child = data.get(key)
+        if not isinstance(child, dict):
+            if not create or child is not None:
+                return None
+            child = data[key] = {}
+        data = child
+    return data
+
+
 def matches_type(value: Any, annotation: Any) -> bool:
     """Whether ``value`` (as YAML or an override gives it) fits a field's type annotation: ``int``, ``float``
     (an integer too), ``bool``, ``str``, unions and ``Optional``, ``Literal``, enums (a member or its value),
@@ -270,6 +319,6 @@ def render_text(rows: Sequence[tuple[str, str, str]], width: int = 100) -> str:
     return "\n".join(out)
 
 
-__all__ = ["ConfigError", "KINDS", "check", "check_keys", "check_types", "field_docs", "invalid", "invalid_error",
-           "matches_type", "render_markdown", "render_text", "setting", "type_text", "unknown_keys_error",
-           "validate_fields"]
+__all__ = ["ConfigError", "KINDS", "REMOVED_IN", "SettingRenamed", "check", "check_keys", "check_types",
+           "field_docs", "invalid", "invalid_error", "matches_type", "render_markdown", "render_text", "setting",
+           "take_renamed", "type_text", "unknown_keys_error", "validate_fields"]

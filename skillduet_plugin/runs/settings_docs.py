@@ -10,7 +10,7 @@ import dataclasses
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.settings import field_docs, render_markdown
-from skillduet_plugin.integrations.verl.settings import EnvSettings
+from skillduet_plugin.integrations.verl.settings import VerlSettings
 from skillduet_plugin.runs.config import RunConfig, method_rows
 
 
@@ -35,8 +35,10 @@ def render() -> str:
         render_markdown(field_docs(SkillDuetConfig)),
         "## TRL: `SkillDuetGRPOConfig` (GRPOConfig's own fields plus these)\n",
         render_markdown(_own_fields(SkillDuetGRPOConfig, GRPOConfig)),
-        "## verl: `skillduet.env.*` (the method keys above sit directly under `skillduet.`)\n",
-        render_markdown(field_docs(EnvSettings)),
+        "## verl: the `skillduet:` section (the method keys above sit directly under `skillduet.`; with stock "
+        "`verl.trainer.main_ppo` each key takes a `+`: `+skillduet.opd_coef=0.2`)\n",
+        render_markdown([row for row in field_docs(VerlSettings, "skillduet.")
+                         if not row[0].startswith("skillduet.method.")]),
     ]
     return "\n".join(parts)
 

@@ -11,7 +11,7 @@ from skillduet_plugin import config as method_config
 from skillduet_plugin.core.episode import EpisodeSettings, episode_checks, episode_field, episode_settings
 from skillduet_plugin.core.names import SCOPE_KEYS, SINGLE_SCOPE, scope_key
 from skillduet_plugin.core.registry import resolve_target
-from skillduet_plugin.core.settings import ConfigError
+from skillduet_plugin.core.settings import ConfigError, SettingRenamed
 
 EPISODE = {f.name: f for f in dataclasses.fields(EpisodeSettings)}
 
@@ -61,9 +61,14 @@ def test_verl_env_settings_share_names_and_defaults():
     for name in ("max_turns", "max_new_tokens_per_turn", "invalid_action_penalty"):
         assert getattr(env, name) == EPISODE[name].default
     assert parse_settings({"env": {"max_new_tokens_per_turn": 24}}).env.max_new_tokens_per_turn == 24
-    with pytest.raises(ConfigError) as err:  # the old spelling: one line naming the new key
-        parse_settings({"env": {"max_turn_tokens": 24}})
-    assert "\n" not in str(err.value) and "skillduet.env.max_new_tokens_per_turn" in str(err.value)
+    # the old spelling works for one release, with a one-line warning naming the new key
+    with pytest.warns(SettingRenamed) as caught:
+        assert parse_settings({"env": {"max_turn_tokens": 24}}).env.max_new_tokens_per_turn == 24
+    (message,) = [str(w.message) for w in caught]
+    assert message == ("skillduet.env.max_turn_tokens is deprecated and stops working in skillduet 0.2: write "
+                       "skillduet.env.max_new_tokens_per_turn")
+    with pytest.raises(ConfigError, match=r"^skillduet.env.max_turn_tokens=24 is invalid: it is the old name of "):
+        parse_settings({"env": {"max_turn_tokens": 24, "max_new_tokens_per_turn": 32}})
 
 
 def test_episode_field_widens_and_episode_settings_reads_any_config():

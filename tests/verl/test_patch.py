@@ -51,7 +51,9 @@ def test_patch_applies_and_adds_the_whitelist_and_the_loss_term(patched_verl):
     source = open(os.path.join(patched_verl, "verl", "workers", "actor", "dp_actor.py")).read()
     assert '("skillduet_teacher_log_probs", "skillduet_opd_mask")' in source
     assert "from skillduet_plugin.core.opd import opd_per_token" in source
-    assert "policy_loss = policy_loss + opd_coef * opd_loss" in source
+    assert "policy_loss = policy_loss + skillduet.opd_coef * opd_loss" in source
+    # the settings come from the package (their one declaration), never a restated default
+    assert "skillduet = SkillDuetConfig.from_environ()" in source and '"0.1"' not in source
 
 
 @pytest.mark.slow

@@ -167,3 +167,21 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     after = _bank_globals(ckpt / "global_step_3" / "skillduet" / "bank")
     for scope, versions in saved[2].items():  # step 3 only appended to the checkpoint's history
         assert after[scope][: len(versions)] == versions, scope
+
+
+@pytest.mark.slow
+def test_stock_verl_entry_with_the_plugin_override(tmp_path):
+    """Stock ``python -m verl.trainer.main_ppo`` with ``+trainer.plugins=[skillduet]``: the ``verl.plugins`` entry
+    point switches the run to SkillDuet (the skillduet_sync trainer, the skillduet_agent loop, the ``skillduet:``
+    section from the defaults) and ``+skillduet.opd_coef`` reaches the loss. The stock run above (no plugin)
+    is the negative control: it logs no ``skillduet/*`` metric."""
+    metrics = _fit(tmp_path, "stock_entry", steps=1, save_freq=-1, entry="verl.trainer.main_ppo",
+                   overrides=["skillduet.opd_coef=0.25"])
+    log = (tmp_path / "stock_entry.log").read_text(errors="replace")
+    assert " -m verl.trainer.main_ppo " in log.splitlines()[0] and "+trainer.plugins=[skillduet]" in log
+    m = metrics[1]
+    assert m["skillduet/local_skills"] > 0 and m["skillduet/trajectories"] == 8
+    assert math.isfinite(m["actor/skillduet/opd_loss"]) and m["skillduet/skills/global_scopes"] >= 1
+    # the whole section, defaults under the override, as verl's TaskRunner printed the config it ran
+    assert "'opd_coef': 0.25" in log and "'gate_beta': 5.0" in log and "'trainer_mode': 'skillduet_sync'" in log
+    assert (tmp_path / "checkpoints" / "skillduet" / "bank.sqlite").is_file()

@@ -5,10 +5,16 @@ only logs a failure at debug level. So this module imports nothing heavy: it ins
 register the ``skillduet_sync`` trainer when verl imports ``verl.trainer.ppo.v1`` and the ``skillduet_agent``
 loop when it imports ``verl.experimental.agent_loop`` (or at once, if they are already imported). A failing
 registration is printed to stderr, logged as an error and raised as a warning, and kept in :data:`FAILURES`.
+
+It also wraps ``verl.utils.config.validate_config``, which verl's entry modules call with the composed config in
+the driver before Ray starts: with ``trainer.plugins=[skillduet]`` the wrapper switches the config to SkillDuet
+(``settings.apply_plugins``), so stock ``python -m verl.trainer.main_ppo ... +trainer.plugins=[skillduet]`` runs
+SkillDuet; a bad or unread ``skillduet`` key stops the run there with one line on stderr (exit code 2).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
@@ -20,7 +26,9 @@ import warnings
 from typing import Any, Callable
 
 from skillduet_plugin.core.registry import resolve_target
+from skillduet_plugin.core.settings import ConfigError
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, PLUGIN_NAME, TRAINER_NAME
+from skillduet_plugin.integrations.verl.settings import apply_plugins
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +40,7 @@ REGISTRATIONS: dict[str, str] = {
 # verl module -> compatibility fix applied right after verl imports it
 COMPAT_FIXES: dict[str, str] = {
     "verl.models.transformers.monkey_patch": "skillduet_plugin.integrations.verl.plugin:_fix_trl_value_head",
+    "verl.utils.config": "skillduet_plugin.integrations.verl.plugin:_wrap_validate_config",
 }
 #: (our module, formatted error) of every registration that failed in this process
 FAILURES: list[tuple[str, str]] = []
@@ -75,6 +84,29 @@ def _fix_trl_value_head() -> None:
         return
     except ImportError:
         module.is_trl_available = lambda: False
+
+
+def _wrap_validate_config() -> None:
+    """``validate_config(config, ...)`` of verl's entry modules applies ``trainer.plugins=[skillduet]`` first."""
+    module = sys.modules["verl.utils.config"]
+    original = module.validate_config
+    if getattr(original, "__skillduet__", False):
+        return
+
+    @functools.wraps(original)
+    def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            enabled = apply_plugins(config)
+        except ConfigError as err:  # one line, before Ray starts (Hydra would print a traceback)
+            print(f"skillduet: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        result = original(config, *args, **kwargs)
+        if enabled:
+            ensure_registered()  # a broken installation stops here too
+        return result
+
+    validate_config.__skillduet__ = True
+    module.validate_config = validate_config
 
 
 def _run_fix(target: str) -> None:

@@ -85,6 +85,52 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
         A list of float32 tensors, ``result[i]`` of shape ``(len(responses[i]),)``, on the model's device,
         in input order. Gradients flow if grad mode is on.
     """
+    def sampled(logits: torch.Tensor, targets: torch.Tensor, _extra: torch.Tensor | None) -> torch.Tensor:
+        return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    return _score_positions(model, contexts, responses, sampled, token_budget=token_budget,
+                            pad_token_id=pad_token_id, temperature=temperature, head_fp32=head_fp32)
+
+
+def response_topk(model: torch.nn.Module, contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                  k: int, **kwargs) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per response, the ``k`` most likely next tokens at each of its positions: ``(logps, ids)``, each
+    ``(len(response), k)`` (float32, long), ``logps`` log-softmaxed over the whole vocabulary. Keywords as
+    :func:`response_logprobs`."""
+    if k < 1:
+        raise ValueError(f"k={k!r} must be >= 1")
+
+    def topk(logits: torch.Tensor, _targets: torch.Tensor, _extra: torch.Tensor | None) -> torch.Tensor:
+        values, ids = (logits - torch.logsumexp(logits, dim=-1, keepdim=True)).topk(min(k, logits.shape[-1]), -1)
+        return torch.cat([values, ids.to(values.dtype)], dim=-1)  # ids < 2**24 are exact in float32
+
+    packed = _score_positions(model, contexts, responses, topk, **kwargs)
+    return [(p[:, :p.shape[1] // 2], p[:, p.shape[1] // 2:].long()) for p in packed]
+
+
+def response_logprobs_at(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
+                         responses: Sequence[Sequence[int]], ids: Sequence[torch.Tensor],
+                         **kwargs) -> list[torch.Tensor]:
+    """Per response, the log-probs of the given token ids at each of its positions: ``ids[i]`` is
+    ``(len(responses[i]), k)`` and so is the result (float32; gradients flow if grad mode is on). Keywords as
+    :func:`response_logprobs`."""
+    if len(ids) != len(responses) or any(i.shape[0] != len(r) for i, r in zip(ids, responses)):
+        raise ValueError("ids needs one (len(response), k) tensor per response")
+
+    def at(logits: torch.Tensor, _targets: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+        assert extra is not None
+        return logits.gather(-1, extra) - torch.logsumexp(logits, dim=-1, keepdim=True)
+
+    return _score_positions(model, contexts, responses, at, extra=list(ids), **kwargs)
+
+
+def _score_positions(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
+                     responses: Sequence[Sequence[int]], reduce, *, extra: list[torch.Tensor] | None = None,
+                     token_budget: int = 8192, pad_token_id: int = 0, temperature: float = 1.0,
+                     head_fp32: bool = False) -> list[torch.Tensor]:
+    """``reduce(logits, targets, extra)`` of every response position, per response in input order: ``logits``
+    (positions, vocab) float32 temperature-scaled, ``targets`` the response tokens, ``extra`` the rows of the
+    per-response tensors in ``extra`` at those positions."""
     if len(contexts) != len(responses):
         raise ValueError(f"{len(contexts)} contexts but {len(responses)} responses")
     for i, ctx in enumerate(contexts):
@@ -115,6 +161,7 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
         rows_t = torch.tensor(rows, dtype=torch.long, device=device)
         cols_t = torch.tensor(cols, dtype=torch.long, device=device)
         targets_t = torch.tensor(targets, dtype=torch.long, device=device)
+        extra_t = torch.cat([extra[i].to(device) for i in chunk]) if extra is not None else None
         if split is not None:
             decoder, head = split
             hidden = decoder(input_ids=ids, attention_mask=None).last_hidden_state
@@ -122,13 +169,12 @@ def response_logprobs(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
             pieces = []
             for k in range(0, picked.shape[0], _HEAD_ROWS):
                 logits = _head(head, picked[k:k + _HEAD_ROWS], head_fp32) / temperature
-                tgt = targets_t[k:k + _HEAD_ROWS]
-                pieces.append(logits.gather(-1, tgt[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1))
+                part = extra_t[k:k + _HEAD_ROWS] if extra_t is not None else None
+                pieces.append(reduce(logits, targets_t[k:k + _HEAD_ROWS], part))
             flat = torch.cat(pieces) if pieces else torch.zeros(0, device=device)
         else:
             logits = model(input_ids=ids, attention_mask=None).logits
-            picked = logits[rows_t, cols_t].float() / temperature
-            flat = picked.gather(-1, targets_t[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
+            flat = reduce(logits[rows_t, cols_t].float() / temperature, targets_t, extra_t)
         offset = 0
         for i in chunk:
             n = len(responses[i])

@@ -66,6 +66,57 @@ def candidate_logprobs(model: Any, context: list[int], candidates: list[list[int
     return scores
 
 
+def turn_candidate_logprobs(model: Any, sequence: list[int], turns: list[tuple[int, list[list[int]]]], *,
+                            candidate_batch: int = 64) -> list[Any]:
+    """Per turn ``(start, candidates)`` of one episode, ``sum log p(candidate tokens | sequence[:start])`` of each
+    candidate (temperature 1), as a float32 tensor ``(len(candidates),)``; gradients flow when grad mode is on.
+
+    ``sequence`` is the whole episode (prompt + completion) and ``start`` the position where a turn's response
+    begins, so one forward over the sequence serves every turn: a turn's first candidate token is read from the
+    output at ``start - 1``, and the rest of each candidate continues from the keys and values of the first
+    ``start`` positions (the same numbers :func:`candidate_logprobs` computes one context at a time).
+    """
+    import torch  # lazy: torch
+    from transformers import DynamicCache  # lazy: transformers
+
+    if not turns:
+        return []
+    end = max(start for start, _ in turns)
+    if not 0 < end <= len(sequence):
+        raise ValueError(f"turn starts must lie in 1..{len(sequence)} (the sequence's length), got {end}")
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([sequence[:end]], dtype=torch.long, device=device), use_cache=True)
+    logps = out.logits[0].float().log_softmax(-1)  # (end, vocab)
+    layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    result = []
+    for start, candidates in turns:
+        if not candidates or any(len(c) == 0 for c in candidates):
+            raise ValueError("every turn needs at least one candidate, each with at least one token")
+        totals = []
+        for first in range(0, len(candidates), candidate_batch):
+            chunk = candidates[first:first + candidate_batch]
+            head = logps[start - 1, torch.tensor([c[0] for c in chunk], device=device)]
+            width = max(len(c) for c in chunk)
+            if width > 1:
+                ids = torch.zeros((len(chunk), width - 1), dtype=torch.long)
+                targets = torch.zeros((len(chunk), width - 1), dtype=torch.long)
+                keep = torch.zeros((len(chunk), width - 1))
+                for row, cand in enumerate(chunk):
+                    ids[row, :len(cand) - 1] = torch.tensor(cand[:-1], dtype=torch.long)
+                    targets[row, :len(cand) - 1] = torch.tensor(cand[1:], dtype=torch.long)
+                    keep[row, :len(cand) - 1] = 1.0
+                past = DynamicCache([(k[:, :, :start].expand(len(chunk), -1, -1, -1),
+                                      v[:, :, :start].expand(len(chunk), -1, -1, -1)) for k, v in layers])
+                attn = torch.ones((len(chunk), start + width - 1), dtype=torch.long, device=device)
+                rest = model(input_ids=ids.to(device), attention_mask=attn, past_key_values=past,
+                             use_cache=True).logits.float().log_softmax(-1)
+                picked = rest.gather(-1, targets.to(device)[..., None]).squeeze(-1)
+                head = head + (picked * keep.to(device)).sum(-1)
+            totals.append(head)
+        result.append(torch.cat(totals))
+    return result
+
+
 def hf_choice_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0, do_sample: bool = True,
                  candidate_batch: int = 64) -> ChooseFn:
     """A :data:`ChooseFn` over a transformers causal LM: per context, draw one candidate with probability
@@ -101,4 +152,4 @@ def hf_choice_fn(model: Any, chat: ChatTokenizer, *, temperature: float = 1.0, d
     return choose
 
 
-__all__ = ["ChooseFn", "action_response", "candidate_logprobs", "hf_choice_fn"]
+__all__ = ["ChooseFn", "action_response", "candidate_logprobs", "hf_choice_fn", "turn_candidate_logprobs"]

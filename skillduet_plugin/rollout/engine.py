@@ -61,7 +61,8 @@ class Episode:
     actually saw (with the Global when one was inserted); ``messages`` is the whole conversation from the
     student's view. ``observations[0]`` is the first observation and ``observations[i + 1]`` the one the
     environment returned for ``actions[i]``. ``valid[i]`` says whether ``actions[i]`` was parsed as an
-    admissible action. ``reward`` is the sum of the environment's step rewards. ``scope`` is the Global's scope
+    admissible action. ``choices`` (choose mode): per policy turn, the completion offset where its response starts
+    and the candidate responses it was chosen from. ``reward`` is the sum of the environment's step rewards. ``scope`` is the Global's scope
     key (``config.scope``), ``task_type`` the environment's task type.
     """
 
@@ -87,6 +88,7 @@ class Episode:
     env_name: str = ""
     has_logps: bool = False
     task_type: str = ""
+    choices: list[tuple[int, list[list[int]]]] = field(default_factory=list)
 
     @property
     def invalid_actions(self) -> int:
@@ -238,7 +240,10 @@ class EpisodeState:
         turn_logps = logps is not None and len(logps) == len(ids)
         self._all_logps = self._all_logps and turn_logps
         ep.has_logps = self._all_logps
-        decisive = decisive_mask(ids, request.candidates) if request.candidates is not None else None
+        decisive = None
+        if request.candidates is not None:
+            decisive = decisive_mask(ids, request.candidates)
+            ep.choices.append((len(ep.tokens.completion_ids), [list(c) for c in request.candidates]))
         ep.tokens.add_policy(ids, logps if turn_logps else None, decisive)
         if not ids or ids[-1] != chat.eos_token_id:
             ep.tokens.add_env([chat.eos_token_id])  # close the turn; not the policy's token

@@ -66,6 +66,33 @@ def _memoised_parser(parse: Callable[..., Any], tag: str) -> Callable[..., Any]:
     return cached
 
 
+def _memoise_commands(logic: Any) -> Any:
+    """``logic`` whose grammar derives each admissible command's text once per (template, argument binding).
+
+    TextWorld derives the text of every applicable action at every step, deep-copying the derivation context for
+    each symbol (most of a step's time in a real ALFWorld room). A command template reads only its arguments
+    (``take {o} from {r}``) and, for ``go to``, where receptacles stand, which no action changes; so the text is a
+    function of the template and the binding. Any other derivation (feedback, the intro) is computed as before.
+    """
+    grammar = logic.grammar
+    derive = grammar.derive
+    templates = {action.template for action in logic.actions.values()}
+    texts: dict[Any, str] = {}
+
+    def derive_command(start: str, context: Any = None) -> str:
+        mapping = (context or {}).get("mapping")
+        if start not in templates or mapping is None:
+            return derive(start, context or {})
+        key = (start, tuple(sorted((ph.name, var.name) for ph, var in mapping.items())))
+        text = texts.get(key)
+        if text is None:
+            text = texts[key] = derive(start, context)
+        return text
+
+    grammar.derive = derive_command
+    return logic
+
+
 @contextlib.contextmanager
 def _memoised_engine_parsing(*, planning: bool) -> Iterator[None]:
     """Route TextWorld's text parsing and PDDL->SAS translation through the caches, for one call.
@@ -84,7 +111,8 @@ def _memoised_engine_parsing(*, planning: bool) -> Iterator[None]:
     real_logic, real_pddl2sas = real[0], real[1]
 
     def cached_logic(domain: str, grammar: str):
-        return _LOGIC_CACHE.get_or_make(_digest(domain, grammar), lambda: real_logic(domain=domain, grammar=grammar))
+        return _LOGIC_CACHE.get_or_make(_digest(domain, grammar),
+                                        lambda: _memoise_commands(real_logic(domain=domain, grammar=grammar)))
 
     def cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
         optimize = bool(optimize) and planning

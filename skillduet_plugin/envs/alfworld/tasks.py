@@ -12,6 +12,8 @@ import functools
 import os
 from pathlib import Path
 
+from skillduet_plugin.envs.alfworld.archives import PARTS_OF, TRAIN_PARTS, extracted_root, part_tasks
+
 GAME_FILE = "game.tw-pddl"
 LAYOUT_DIR = "json_2.1.1"
 SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
@@ -43,14 +45,19 @@ def task_type_of(task_id: str | os.PathLike) -> str:
 
 
 def resolve_layout_root(data_dir: str | os.PathLike) -> Path:
-    """``<data_dir>/json_2.1.1`` (or ``data_dir`` itself when it already is that folder)."""
+    """``<data_dir>/json_2.1.1`` (or ``data_dir`` itself when it already is that folder), or the extracted layout
+    of the ``<split>.tar.xz`` archives in ``data_dir`` (``archives.extracted_root``)."""
     root = Path(data_dir).expanduser()
     if (root / LAYOUT_DIR).is_dir():
         return (root / LAYOUT_DIR).resolve()
     if root.name == LAYOUT_DIR and root.is_dir():
         return root.resolve()
-    raise FileNotFoundError(f"data_dir={str(data_dir)!r} holds no {LAYOUT_DIR}/ folder: point it at the folder "
-                            f"that contains {LAYOUT_DIR}/<split>/<task>/trial_*/{GAME_FILE} (ALFWORLD_DATA layout)")
+    extracted = extracted_root(root) if root.is_dir() else None
+    if extracted is not None:
+        return (extracted / LAYOUT_DIR).resolve()
+    raise FileNotFoundError(f"data_dir={str(data_dir)!r} holds no {LAYOUT_DIR}/ folder and no <split>.tar.xz archive: "
+                            f"point it at the folder that contains {LAYOUT_DIR}/<split>/<task>/trial_*/{GAME_FILE} "
+                            f"(ALFWORLD_DATA layout) or the release's split archives")
 
 
 @functools.lru_cache(maxsize=32)
@@ -61,8 +68,12 @@ def _discover(layout_root: str, split: str) -> tuple[str, ...]:
 
 
 def discover_tasks(layout_root: str | os.PathLike, split: str) -> list[str]:
-    """Sorted task ids of ``split`` under ``layout_root`` (``.../json_2.1.1``); cached per process."""
+    """Sorted task ids of ``split`` under ``layout_root`` (``.../json_2.1.1``); cached per process. A part of the
+    training split (``clone``, ``dev``, ``rl``: ``archives.TRAIN_PARTS``) is read from ``train`` where the layout has
+    no folder of its name, in a stable shuffled order (``archives.part_tasks``)."""
     split_dir = Path(layout_root) / split
+    if not split_dir.is_dir() and split in TRAIN_PARTS and (Path(layout_root) / PARTS_OF).is_dir():
+        return part_tasks(discover_tasks(layout_root, PARTS_OF), split)
     if not split_dir.is_dir():
         have = sorted(p.name for p in Path(layout_root).iterdir() if p.is_dir())
         raise FileNotFoundError(f"split={split!r} not found under {layout_root}: available splits are "

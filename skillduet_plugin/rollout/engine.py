@@ -62,8 +62,8 @@ class Episode:
     student's view. ``observations[0]`` is the first observation and ``observations[i + 1]`` the one the
     environment returned for ``actions[i]``. ``valid[i]`` says whether ``actions[i]`` was parsed as an
     admissible action. ``choices`` (choose mode): per policy turn, the completion offset where its response starts
-    and the candidate responses it was chosen from. ``reward`` is the sum of the environment's step rewards. ``scope`` is the Global's scope
-    key (``config.scope``), ``task_type`` the environment's task type.
+    and the candidate responses it was chosen from. ``reward`` is the sum of the environment's step rewards.
+    ``scope`` is the Global's scope key (``config.scope``), ``task_type`` the environment's task type.
     """
 
     task_id: str

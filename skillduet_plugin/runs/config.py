@@ -174,6 +174,9 @@ class RunConfig:
                                          "student), with the rollout weights, never trained on, sampled from a "
                                          "seeded generator of its own (training draws the same either way); "
                                          "logged as teacher_check/* and plotted (0: off)", kind="int", lo=0)
+    opd_update_share: bool = setting(True, "each RL step, measure how much of the update OPD makes (the gradient "
+                                     "norms of the policy loss and the OPD term; two extra backward passes, "
+                                     "training unchanged), logged as opd/update_share and plotted", kind="bool")
     save_steps: int = setting(5, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
                                      optional=True)

@@ -89,7 +89,7 @@ def grpo_args(config: RunConfig, run: RunDir) -> Any:
         save_steps=config.save_steps or 500, save_only_model=False, disable_tqdm=True,
         skillduet=config.method_config().to_dict(), env_name=config.env,
         env_kwargs=env_kwargs(config, config.train_split), env_workers=config.env_workers,
-        teacher_check_samples=config.teacher_check_samples,
+        teacher_check_samples=config.teacher_check_samples, opd_update_share=config.opd_update_share,
         lr_scheduler_type="constant",
         **dataclasses.asdict(episode_settings(config, action_selection=config.action_mode)))
     kwargs.update(device_settings(config))

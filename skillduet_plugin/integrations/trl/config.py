@@ -77,6 +77,11 @@ class SkillDuetGRPOConfig(GRPOConfig):
         ".../difference; 0 turns it off. Sampled with the transformers policy from a seeded generator, so the "
         "training itself draws what it would draw without the check")})
 
+    opd_update_share: bool = field(default=False, metadata={"help": (
+        "each step, measure how much of the update OPD makes: the gradient norms of the policy loss and of the OPD "
+        "term (opd/update_norm_policy, opd/update_norm_opd, opd/update_share), two extra backward passes; the step "
+        "itself is unchanged")})
+
     def __post_init__(self) -> None:
         super().__post_init__()
         raw = self.skillduet
@@ -115,6 +120,7 @@ _CHECKS: dict[str, dict[str, Any]] = {
     "env_kwargs": {"kind": "mapping", "optional": True},
     "env_workers": {"kind": "int", "lo": 0},
     "teacher_check_samples": {"kind": "int", "lo": 0},
+    "opd_update_share": {"kind": "bool"},
     "logprob_token_budget": {"kind": "int", "lo": 1},
     "reward_scale": {"lo": 0, "lo_open": True},
 }

@@ -8,8 +8,9 @@ A thin mixin over TRL's private hooks (the pattern TRL's own GRPO subclasses use
 - ``_get_per_token_logps_and_entropies``: capture the student log-probs of TRL's own loss forward, so the OPD
   term needs no second student forward; with ``heldout="teacher"`` the same capture (and the teacher row of the
   OPD term) is what Strength reads: scoring finishes at the end of the step without a forward of its own.
-- ``_compute_loss``: TRL's loss plus ``opd_coef * L_OPD``, with L_OPD Eq. 1 over the whole generation batch
-  (its supervised-token count summed over micro-batches and ranks, as TRL counts tokens for its own loss).
+- ``_compute_loss``: ``policy_loss_coef`` x TRL's loss plus ``opd_coef * L_OPD``, with L_OPD Eq. 1 (or its dense
+  expectation, ``integrations.trl.dense_opd``) over the whole generation batch (its supervised count summed over
+  micro-batches and ranks, as TRL counts tokens for its own loss).
 
 All method logic lives in ``core/`` and ``skills/``; this module only moves tensors and calls the lifecycle.
 """
@@ -29,13 +30,14 @@ from trl.trainer.utils import RepeatSampler
 from skillduet_plugin import envs
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import response_logprobs
-from skillduet_plugin.core.opd import opd_denominator, opd_loss, opd_numerator, opd_per_token
+from skillduet_plugin.core.opd import opd_denominator, opd_loss
 from skillduet_plugin.core.seeding import seeded_torch_rng
 from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import ResumableRepeatSampler, make_env_reward, task_dataset
+from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, grad_share
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
@@ -83,6 +85,7 @@ class SkillDuetMixin(SkillBankSteps):
         self._opd_capture = False
         self._captured_logps: torch.Tensor | None = None
         self._deferred = DeferredScores()  # heldout="teacher": scores finished from the loss forwards
+        self._dense = DenseOPD(self)  # opd_estimator choices / topk, and the choose-mode mechanism metrics
         if reward_funcs is None:
             reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
         if train_dataset is None:
@@ -193,6 +196,8 @@ class SkillDuetMixin(SkillBankSteps):
                 output["opd_teacher_logps"] = self._teacher_logps(
                     self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill,
                     needed=output["opd_mask"])
+            if cfg.opd_estimator != "sampled" or self.args.action_selection == "choose":
+                self._dense.prepare(output, teacher_prompts, has_skill, mode)
         return output
 
     def _teacher_plan(self, trajs: list[Trajectory], extraction: ExtractionResult) -> TeacherPlan:
@@ -364,25 +369,12 @@ class SkillDuetMixin(SkillBankSteps):
         _, stats = opd_loss(student.detach(), teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
         for key, value in stats.items():
             self._metrics[mode][key].append(value)
-        return loss + cfg.opd_coef * self._opd_term(student, teacher, inputs, mode).to(loss.dtype)
-
-    def _opd_term(self, student: torch.Tensor, teacher: torch.Tensor, inputs: dict[str, Any],
-                  mode: str) -> torch.Tensor:
-        """This micro-batch's share of Eq. 1 over the whole generation batch.
-
-        Normalised the way TRL normalises its own token-level loss (``dapo``): by the generation batch's
-        supervised count summed over slices and ranks, rescaled to one accumulation window. Summed over the
-        micro-batches of an optimizer step and averaged over ranks (DDP), the gradient is exactly that of
-        Eq. 1 over the batch, however the batch is split.
-        """
-        cfg = self.skillduet
-        per_token, _ = opd_per_token(student, teacher, cfg.gate_beta)
-        numerator = opd_numerator(per_token, inputs["opd_mask"], cfg.opd_agg)
-        total = inputs["opd_num_items"].to(numerator.device, numerator.dtype).clamp_min(1.0)
-        normalizer = total / self.accelerator.num_processes
-        if mode == "train":  # an eval batch is neither split across steps nor accumulated
-            normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-        return numerator / normalizer
+        opd = cfg.opd_coef * self._dense.term(model, student, teacher, inputs, mode).to(loss.dtype)
+        policy = cfg.policy_loss_coef * loss
+        if self.args.opd_update_share and mode == "train" and torch.is_grad_enabled():
+            for key, value in grad_share(self.accelerator.unwrap_model(model), policy, opd).items():
+                self._metrics[mode][key].append(value)
+        return policy + opd
 
 
 class SkillDuetGRPOTrainer(SkillDuetMixin, GRPOTrainer):

@@ -34,9 +34,10 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
-from skillduet_plugin.config import METHOD_PRESETS, ConfigError
+from skillduet_plugin.config import METHOD_PRESETS, ConfigError, SkillDuetConfig
 from skillduet_plugin.runs.config import RunConfig, load_run_config
 from skillduet_plugin.runs.evaluate import evaluate_panel
+from skillduet_plugin.runs.overrides import parse_value
 from skillduet_plugin.runs.rundir import resolve_model, write_json
 
 #: The selectors compared as arms of their own (``skillduet`` with that selector).
@@ -70,7 +71,25 @@ NEUTRAL_FILE = "neutral.json"
 
 def arm_overlay(name: str) -> tuple[str, dict[str, Any]]:
     """``(label, skillduet overlay)`` of an arm: a built-in name, or ``strength_keep<ratio>`` / ``<selector>_keep
-    <ratio>`` (e.g. ``strength_keep0.25``) for a keep-ratio ablation."""
+    <ratio>`` (e.g. ``strength_keep0.25``) for a keep-ratio ablation, either followed by ``+key=value`` settings
+    of the method (``local_only+opd_coef=0``, ``local_only+opd_estimator=choices+opd_coef=1``)."""
+    name, *extra = name.split("+")
+    label, overlay = _named_arm(name)
+    if not extra:
+        return label, overlay
+    changes: dict[str, Any] = {}
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep or not key or key in ("method",) or key not in SkillDuetConfig.__dataclass_fields__:
+            raise ConfigError(f"arm {'+'.join([name, *extra])!r} is invalid: {item!r} must be key=value with a "
+                              f"skillduet setting as key, e.g. {name}+opd_coef=0")
+        changes[key] = parse_value(value)
+    words = ", ".join(f"{k}={v}" for k, v in changes.items())
+    return f"{label} ({words})", {**overlay, **changes}
+
+
+def _named_arm(name: str) -> tuple[str, dict[str, Any]]:
+    """A built-in arm or a keep-ratio ablation (:func:`arm_overlay` without ``+key=value``)."""
     base, sep, ratio = name.partition("_keep")
     if base in ARMS and sep:
         try:

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dotted key=value overrides of the base config, e.g. env=webshop steps=30")
     parser.add_argument("--methods", default=",".join(DEFAULT_ARMS),
                         help=f"comma-separated arms: {', '.join(ARMS)}, or <selector>_keep<ratio> "
-                             f"(e.g. strength_keep0.25); default %(default)s")
+                             f"(e.g. strength_keep0.25), each optionally followed by +key=value method settings "
+                             f"(e.g. local_only+opd_coef=0); default %(default)s")
     parser.add_argument("--seeds", default=None, help="comma-separated RL seeds (default 0,1,2; --quick: "
                                                       f"{','.join(map(str, QUICK_SEEDS))})")
     parser.add_argument("--quick", action="store_true",

@@ -82,7 +82,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def mechanism_section(arms: Sequence[Any], before_train: dict[str, Any], out_dir: Path) -> list[str]:
     """The report's mechanism section (and ``mechanism.png``) for the arms whose runs have Local skills
     (``arm.runs``: the finished run folders); nothing when none has."""
-    with_local = [a for a in arms if a.runs and _step_matrix(a.runs, "opd/teacher_minus_student") is not None]
+    with_local = [a for a in arms if a.runs and any(_step_matrix(a.runs, k) is not None
+                                                    for k in ("opd/teacher_minus_student", "opd/choice/deciding_share"))]
     if not with_local:
         return []
     lines = ["## The mechanism chain: teacher, distillation, student", "",
@@ -119,17 +120,52 @@ def mechanism_section(arms: Sequence[Any], before_train: dict[str, Any], out_dir
             lines += _table(["Method", "Seeds x games", "Student before RL", "Teacher before RL", "Student after RL",
                              "Teacher after RL", "Teacher - student, before RL", "Student after - teacher before"],
                             rows) + [""]
+    lines += _last_link(with_local)
     plot_mechanism(with_local, out_dir / "mechanism.png")
     return lines + ["![mechanism](mechanism.png)", ""]
 
 
+LINK_KEY = "opd/choice/student_prob_teacher_top"
+
+
+def _last_link(arms: Sequence[Any], edge: int = 3) -> list[str]:
+    """The last link, per arm (choose mode): on each step's decision turns of the rows with a Local skill, the
+    student's probability of the teacher's first choice over its first and last ``edge`` logged steps (the change
+    with an interval over seeds), the teacher's, the share of turns where the two first choices differ, and OPD's
+    share of the update norm."""
+    rows = []
+    for a in arms:
+        student = _step_matrix(a.runs, LINK_KEY)
+        if not student or len(student[0]) < 2 * edge:
+            continue
+        first = [sum(r[:edge]) / edge for r in student]
+        last = [sum(r[-edge:]) / edge for r in student]
+        change = bootstrap_interval([[y - x] for x, y in zip(first, last)])
+        rows.append([a.label, str(len(student)), f"{sum(first) / len(first):.1%}", f"{sum(last) / len(last):.1%}",
+                     _pct(change, signed=True), _num(_step_matrix(a.runs, "opd/choice/teacher_prob_teacher_top"),
+                                                     "{:.1%}"),
+                     _num(_step_matrix(a.runs, "opd/choice/deciding_share"), "{:.1%}"),
+                     _num(_step_matrix(a.runs, "opd/update_share"), "{:.1%}")])
+    if not rows:
+        return []
+    return [f"The last link (choose mode): on each step's decision turns of the rows with a Local skill, at the "
+            f"rollout weights, the student's probability of the teacher's first choice over the first and the last "
+            f"{edge} steps (the change with a 95% interval over seeds), the teacher's own probability of it, the "
+            f"share of turns where the two first choices differ, and OPD's share of the update norm (the OPD "
+            f"term's gradient norm over the sum of both terms').", ""] + \
+        _table(["Method", "Seeds", f"Student p(teacher's choice), first {edge} steps", f"last {edge} steps",
+                "Change (points)", "Teacher p(its choice)", "Turns where they differ", "OPD share of the update"],
+               rows) + [""]
+
+
 def plot_mechanism(arms: Sequence[Any], out: Path) -> Path:
-    """Per step, mean over seeds: the teacher check's difference (left) and the OPD teacher - student
-    log-prob (right), one colour per arm."""
+    """Per step, mean over seeds: the teacher check's difference, the OPD teacher - student log-prob and the
+    student's probability of the teacher's first choice (choose mode), one colour per arm."""
     plt = run_plots.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
     for ax, key, title in ((axes[0], "teacher_check/difference", "teacher check: with - without Local skill"),
-                           (axes[1], "opd/teacher_minus_student", "OPD teacher - student log-prob")):
+                           (axes[1], "opd/teacher_minus_student", "OPD teacher - student log-prob"),
+                           (axes[2], LINK_KEY, "student p(teacher's first choice)")):
         for a in arms:
             m = _step_matrix(a.runs, key)
             if m:

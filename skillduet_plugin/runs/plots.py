@@ -114,7 +114,7 @@ def plot_mechanism(records: Sequence[Mapping[str, Any]], teacher: Mapping[str, A
     games (``summary["teacher"]``, sampled when measured, else greedy)."""
     plt = pyplot()
     records = step_records(records)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
     for key, label in zip(TEACHER_CHECK_KEYS, ("with Local skill (teacher)", "without (student)")):
         xs, ys = series(records, key)
         if xs:
@@ -149,8 +149,36 @@ def plot_mechanism(records: Sequence[Mapping[str, Any]], teacher: Mapping[str, A
         axes[2].text(0.5, 0.5, "no teacher measured", ha="center", va="center", transform=axes[2].transAxes)
     axes[2].set_ylim(0, 1.03)
     axes[2].set_ylabel("success")
+    _plot_last_link(axes[3], records)
     fig.suptitle(title or "Mechanism: does the Local skill make a better teacher, and does the student learn it?")
     return save_figure(fig, out)
+
+
+LAST_LINK_KEYS = (("opd/choice/teacher_prob_teacher_top", "teacher", "tab:orange"),
+                  ("opd/choice/student_prob_teacher_top", "student", "tab:blue"),
+                  ("opd/choice/deciding_share", "turns where they differ", "tab:gray"),
+                  ("opd/update_share", "OPD share of the update norm", "tab:purple"))
+
+
+def _plot_last_link(ax, records: Sequence[Mapping[str, Any]]) -> None:
+    """Per step, on the decision turns of the rows with a Local skill (choose mode): each model's probability of
+    the teacher's first choice, the share of turns where the two first choices differ, and OPD's share of the
+    update norm (``opd_update_share``)."""
+    drawn = False
+    for key, label, color in LAST_LINK_KEYS:
+        xs, ys = series(records, key)
+        if xs:
+            ax.plot(xs, ys, marker=".", color=color, label=label, linestyle="--" if "share" in key else "-")
+            drawn = True
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("training step")
+    ax.set_title("the last link: the teacher's first choice")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=7, loc="best")
+    else:
+        ax.text(0.5, 0.5, "not measured (choose mode with Local skills)", ha="center", va="center",
+                transform=ax.transAxes, fontsize=8)
 
 
 def strength_by_consolidation(bank_path: str | os.PathLike) -> dict[int, list[float]]:

@@ -39,7 +39,8 @@ class DenseOPD:
     # ------------------------------------------------------------------ at generation
     def prepare(self, output: dict[str, Any], teacher_prompts: list[list[int]], has_skill: torch.Tensor,
                 mode: str) -> None:
-        """Teacher distributions of the rows with a Local skill (and the choose-mode metrics)."""
+        """Teacher distributions of the rows with a Local skill (and the choose-mode metrics, also measured without
+        OPD when Local skills are extracted: ``opd_coef=0`` with ``extract_local``)."""
         trainer, cfg = self.trainer, self.cfg
         rows = [i for i, ok in enumerate(has_skill.tolist()) if ok]
         self.choice_rows = {}
@@ -47,10 +48,10 @@ class DenseOPD:
         output["opd_row"] = torch.arange(output["completion_ids"].shape[0], device=device)
         if trainer.args.action_selection == "choose":
             decisions = self._choice_teacher(rows, teacher_prompts, mode)
-            if cfg.opd_estimator == "choices":
+            if cfg.needs_teacher_pass and cfg.opd_estimator == "choices":
                 output["opd_dense_items"] = trainer.accelerator.gather(
                     torch.tensor([float(decisions)], device=device)).sum()
-        if cfg.opd_estimator == "topk":
+        if cfg.needs_teacher_pass and cfg.opd_estimator == "topk":
             output["opd_topk_logps"], output["opd_topk_ids"] = self._topk_teacher(rows, teacher_prompts, output)
 
     def _choice_teacher(self, rows: list[int], teacher_prompts: list[list[int]], mode: str) -> int:

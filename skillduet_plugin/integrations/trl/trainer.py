@@ -196,8 +196,8 @@ class SkillDuetMixin(SkillBankSteps):
                 output["opd_teacher_logps"] = self._teacher_logps(
                     self.model, tp_ids, tp_mask, output["completion_ids"], output["completion_mask"], has_skill,
                     needed=output["opd_mask"])
-            if cfg.opd_estimator != "sampled" or self.args.action_selection == "choose":
-                self._dense.prepare(output, teacher_prompts, has_skill, mode)
+        if (cfg.needs_teacher_pass and cfg.opd_estimator != "sampled") or self.args.action_selection == "choose":
+            self._dense.prepare(output, teacher_prompts, has_skill, mode)  # with opd_coef=0: the metrics only
         return output
 
     def _teacher_plan(self, trajs: list[Trajectory], extraction: ExtractionResult) -> TeacherPlan:

@@ -82,8 +82,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def mechanism_section(arms: Sequence[Any], before_train: dict[str, Any], out_dir: Path) -> list[str]:
     """The report's mechanism section (and ``mechanism.png``) for the arms whose runs have Local skills
     (``arm.runs``: the finished run folders); nothing when none has."""
-    with_local = [a for a in arms if a.runs and any(_step_matrix(a.runs, k) is not None
-                                                    for k in ("opd/teacher_minus_student", "opd/choice/deciding_share"))]
+    keys = ("opd/teacher_minus_student", "opd/choice/deciding_share")
+    with_local = [a for a in arms if a.runs and any(_step_matrix(a.runs, k) is not None for k in keys)]
     if not with_local:
         return []
     lines = ["## The mechanism chain: teacher, distillation, student", "",

@@ -227,3 +227,14 @@ def test_lifecycle_scale_smoke_reports_every_part():
     assert all(d["identical_to_loop"] and d["near_duplicates"] > 0 for d in data["consolidation_scale"])
     assert data["bank"]["rows"] == data["workload"]["bank_steps"] * data["workload"]["bank_rows"]
     assert data["peak_rss_mb"] > 0
+
+
+@pytest.mark.slow
+def test_opd_estimators_smoke_times_every_estimator_beside_grpo():
+    pytest.importorskip("trl")
+    last, data = _run("opd_estimators")
+    ratio = _headline(last, "opd_estimators")
+    assert ratio == pytest.approx(data["ratio_to_sampled"]["choices"], rel=5e-3)
+    assert set(data["breakdown_median_s"]) == {"grpo", "sampled", "choices", "topk"}
+    assert data["ratio_to_sampled"]["sampled"] == 1.0
+    assert data["breakdown_median_s"]["grpo"]["teacher_s"] == 0 < data["breakdown_median_s"]["choices"]["teacher_s"]

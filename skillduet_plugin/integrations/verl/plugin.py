@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 REGISTRATIONS: dict[str, str] = {
     "verl.trainer.ppo.v1": "skillduet_plugin.integrations.verl.trainer",
     "verl.experimental.agent_loop": "skillduet_plugin.integrations.verl.agent_loop",
+    "verl.trainer.distillation": "skillduet_plugin.integrations.verl.distillation",
 }
 # verl module -> compatibility fix applied right after verl imports it
 COMPAT_FIXES: dict[str, str] = {
@@ -183,6 +184,7 @@ def ensure_registered() -> None:
     install()
     importlib.import_module("verl.trainer.ppo.v1")
     importlib.import_module("verl.experimental.agent_loop")
+    importlib.import_module("verl.trainer.distillation")
     if FAILURES:
         module, detail = FAILURES[-1]
         raise SkillDuetPluginError(f"registering SkillDuet with verl failed in {module}:\n{detail}")
@@ -201,6 +203,9 @@ def registration_status() -> dict[str, bool]:
     agent_loop = sys.modules.get("verl.experimental.agent_loop.agent_loop")
     if agent_loop is not None:
         status[f"agent_loop:{AGENT_LOOP_NAME}"] = AGENT_LOOP_NAME in agent_loop._agent_loop_registry
+    losses = sys.modules.get("verl.trainer.distillation.losses")
+    status["distillation_loss:skillduet_opd"] = losses is not None and "skillduet_opd" in \
+        losses.DISTILLATION_LOSS_REGISTRY
     return status
 
 

@@ -92,7 +92,10 @@ class CPURolloutServer:
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else 0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with torch.no_grad():
+        seed = params.get("seed")
+        with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:  # a request with its own seed (vLLM's per-request generator) leaves the rest alone
+                torch.manual_seed(int(seed))
             out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
             ids = out[0, len(prompt_ids):].tolist()
             full = torch.tensor([list(prompt_ids) + ids], dtype=torch.long)

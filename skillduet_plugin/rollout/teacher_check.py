@@ -3,9 +3,10 @@ with a trajectory's Local skill in its prompt; it can only teach what that skill
 with the same weights, once as the teacher (the task's Local skill inserted as ``teacher_messages`` inserts it)
 and once as the student (the prompt as rolled out), and reports both success rates.
 
-Used per training step by the TRL trainer (``teacher_check_samples``: held-out episodes, never trained on) and
-after RL by the run's evaluation (the pre-RL model with each game's first Local skill: the teacher RL started
-from). Framework-free: the caller plays the episodes (``play(task_ids, student_fns) -> episodes``).
+Used per training step by the TRL and verl trainers (``teacher_check_samples``: held-out episodes, never trained
+on; both log :func:`check_metrics`) and after RL by the run's evaluation (the pre-RL model with each game's first
+Local skill: the teacher RL started from). Framework-free: the caller plays the episodes
+(``play(task_ids, student_fns) -> episodes``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from skillduet_plugin.skills.types import Skill
 
 #: ``play(task_ids, student_fns)``: one episode per task id, each first prompt built by its ``student_fns`` entry.
 PlayFn = Callable[[list[str], list[StudentFn | None]], Sequence[Episode]]
+
+#: The per-step metrics of the check, the same names on TRL and verl (plotted by ``runs.plots.plot_mechanism``).
+CHECK_METRICS = ("teacher_check/success_with_local", "teacher_check/success_without_local",
+                 "teacher_check/difference")
 
 #: The order in which a task's Local skills are preferred for its teacher: a paired group's shared skill (what
 #: distinguishes its success from its failure), then a success's procedure, then a failure's correction.
@@ -91,4 +96,20 @@ def teacher_check(skills: Mapping[str, Skill], *, lifecycle: Any, samples: int, 
             "tasks": len(tasks), "episodes": len(ids), "outcomes": outcomes}
 
 
-__all__ = ["KIND_ORDER", "PlayFn", "first_skill_per_task", "local_skill_fn", "skills_by_task", "teacher_check"]
+def check_wins(result: Mapping[str, Any]) -> list[float]:
+    """``[teacher wins, student wins, episodes per condition]`` of a :func:`teacher_check` result: what processes
+    sum before :func:`check_metrics` (each plays its own tasks)."""
+    n = float(result["episodes"])
+    return [(result["teacher_success"] or 0.0) * n, (result["student_success"] or 0.0) * n, n]
+
+
+def check_metrics(teacher_wins: float, student_wins: float, episodes: float) -> dict[str, float]:
+    """The step's :data:`CHECK_METRICS` from summed wins (nothing when no episode was played)."""
+    if not episodes:
+        return {}
+    values = (teacher_wins / episodes, student_wins / episodes, (teacher_wins - student_wins) / episodes)
+    return dict(zip(CHECK_METRICS, values))
+
+
+__all__ = ["CHECK_METRICS", "KIND_ORDER", "PlayFn", "check_metrics", "check_wins", "first_skill_per_task",
+           "local_skill_fn", "skills_by_task", "teacher_check"]

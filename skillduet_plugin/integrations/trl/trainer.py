@@ -43,7 +43,7 @@ from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
 from skillduet_plugin.integrations.trl.vllm_sync import install_cpu_weight_sync
 from skillduet_plugin.rollout.collector import to_trajectory
-from skillduet_plugin.rollout.teacher_check import skills_by_task, teacher_check
+from skillduet_plugin.rollout.teacher_check import check_metrics, check_wins, skills_by_task, teacher_check
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
 from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
@@ -216,15 +216,10 @@ class SkillDuetMixin(SkillBankSteps):
         with seeded_torch_rng(random.Random(f"teacher_check/{self.args.seed}/{step}/{rank}").getrandbits(63)):
             result = teacher_check(skills, lifecycle=self.lifecycle, samples=self.args.teacher_check_samples,
                                    play=lambda ids, fns: play_batch(self, ids, student_fns=fns, use_vllm=False))
-        n = float(result["episodes"])
-        wins = [(result["teacher_success"] or 0.0) * n, (result["student_success"] or 0.0) * n, n]
-        teacher, student, total = self.accelerator.gather(
-            torch.tensor([wins], dtype=torch.float64, device=self.accelerator.device)).sum(dim=0).tolist()
-        if total:
-            metrics = self._metrics["train"]
-            metrics["teacher_check/success_with_local"].append(teacher / total)
-            metrics["teacher_check/success_without_local"].append(student / total)
-            metrics["teacher_check/difference"].append((teacher - student) / total)
+        teacher, student, total = self.accelerator.gather(torch.tensor(
+            [check_wins(result)], dtype=torch.float64, device=self.accelerator.device)).sum(dim=0).tolist()
+        for key, value in check_metrics(teacher, student, total).items():
+            self._metrics["train"][key].append(value)
 
     def _trajectories(self, output: dict[str, Any], step: int) -> list[Trajectory]:
         """This process's rows as trajectories, with their advantages and base log-probs when scoring needs them."""

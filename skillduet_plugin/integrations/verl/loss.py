@@ -15,6 +15,10 @@ mini-batches each is normalised by its own response tokens times the batch's sup
 info a micro-batch is normalised by itself, and one with no supervised token contributes 0, never NaN. verl
 prefixes every loss metric with ``actor/``, so these show as ``actor/skillduet/opd_loss``,
 ``actor/skillduet/opd/gate_active_ratio``, ... in its logger.
+
+``skillduet.opd_estimator=topk`` replaces the sampled per-token term by ``core.opd.opd_expected`` over the teacher's
+top-k tokens of each position, computed in verl's logits-processor call of this same function
+(``integrations.verl.topk``) and aggregated identically. ``skillduet.policy_loss_coef`` scales ``ppo_loss``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from skillduet_plugin.core.opd import opd_loss, opd_per_token
+from skillduet_plugin.integrations.verl.topk import (TEACHER_TOPK_REQUEST, TOPK_STATS_KEY, TOPK_TERM_KEY,
+                                                     response_positions, student_topk_outputs, teacher_topk_outputs)
 
 #: ``(batch, response_len)`` teacher log-probs of the sampled tokens under the Local-skill prompt
 TEACHER_LOGPROBS_KEY = "skillduet_teacher_log_probs"
@@ -52,52 +58,104 @@ def _fit_width(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
 
 
-def skillduet_ppo_loss(config: Any, model_output: dict, data: Any, dp_group: Any = None, *,
-                       opd_coef: float, gate_beta: float = 5.0) -> tuple[torch.Tensor, dict]:
-    """``ppo_loss + opd_coef * L_OPD`` on one micro-batch, L_OPD normalised as Eq. 1 over the batch (module text).
+def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any = None, dp_group: Any = None, *,
+                       opd_coef: float, gate_beta: float = 5.0, policy_loss_coef: float = 1.0,
+                       estimator: str = "sampled", topk: int = 8, student_logits: torch.Tensor | None = None,
+                       data_format: str = "thd") -> Any:
+    """``policy_loss_coef * ppo_loss + opd_coef * L_OPD`` on one micro-batch, L_OPD normalised as Eq. 1 over the
+    batch (module text).
 
     Args:
         config: the actor's ``ActorConfig`` (``loss_agg_mode``, ``global_batch_info``, PPO settings).
         model_output: the engine's output; ``log_probs`` is nested over prompt + response.
         data: the micro-batch TensorDict; besides verl's keys it must hold :data:`TEACHER_LOGPROBS_KEY` and
             :data:`OPD_MASK_KEY` (nested or padded, ``(batch, response_len)``), written by the
-            ``skillduet_sync`` trainer.
+            ``skillduet_sync`` trainer (``estimator="topk"``: the teacher's top-k ids and log-probs instead of
+            :data:`TEACHER_LOGPROBS_KEY`, ``integrations.verl.topk``).
         dp_group: passed through to ``ppo_loss``.
-        opd_coef: lambda_OPD; 0 gives exactly verl's ``ppo_loss``.
+        opd_coef: lambda_OPD; 0 gives exactly verl's ``ppo_loss`` (times ``policy_loss_coef``).
         gate_beta: beta of the stop-gradient gate.
+        policy_loss_coef: weight of verl's ``ppo_loss`` (``skillduet.policy_loss_coef``; 1 is the method).
+        estimator: ``skillduet.opd_estimator``: ``sampled`` (Eq. 1 on the sampled token) or ``topk``.
+        topk: ``skillduet.opd_topk``.
+        student_logits: set when verl's engine calls this as its logits processor (``distillation_use_topk``): the
+            return value is then the processor's per-position tensors (``integrations.verl.topk``).
+        data_format: the processor's packing format (verl passes it; the top-k path needs ``thd``).
 
     Returns:
         ``(loss, metrics)``: verl's metrics plus ``skillduet/opd_loss`` and the gate statistics.
     """
+    if student_logits is not None:
+        return _logits_processor(student_logits, data, beta=gate_beta, k=topk)
     from verl.utils.metric import AggregationType, Metric  # lazy: imports transformers
     from verl.workers.utils.losses import ppo_loss  # lazy: imports transformers
     from verl.workers.utils.padding import no_padding_2_padding  # lazy: imports transformers
 
+    if _teacher_request(data):  # the teacher pass asked for its top-k only: no loss
+        return torch.zeros(()), {}
     policy_loss, metrics = ppo_loss(config, model_output, data, dp_group)
+    if policy_loss_coef != 1.0:
+        policy_loss = policy_loss * policy_loss_coef
     if opd_coef == 0:
         return policy_loss, metrics
-    missing = [k for k in (TEACHER_LOGPROBS_KEY, OPD_MASK_KEY) if k not in data.keys()]
+    needed = (TOPK_TERM_KEY,) if estimator == "topk" else (TEACHER_LOGPROBS_KEY,)
+    missing = [k for k in (*needed, OPD_MASK_KEY) if k not in data.keys() and k not in model_output]
     if missing:
         raise KeyError(f"the SkillDuet loss needs {', '.join(missing)} in the actor batch: run with "
                        f"trainer.v1.trainer_mode=skillduet_sync (it writes them), or set skillduet.opd_coef=0")
     student = no_padding_2_padding(model_output["log_probs"], data)  # (batch, response_len), with grad
-    extra = data.select("response_mask", TEACHER_LOGPROBS_KEY, OPD_MASK_KEY).to_padded_tensor()
+    extra = data.select("response_mask", OPD_MASK_KEY).to_padded_tensor()
     width = student.shape[1]
-    teacher = _fit_width(extra[TEACHER_LOGPROBS_KEY].to(student.device, torch.float32), width)
     weights = (_fit_width(extra["response_mask"].float(), width) *
                _fit_width(extra[OPD_MASK_KEY].float(), width)).to(student.device)
     mask = (weights > 0).float()
-
-    per_token, _gate = opd_per_token(student, teacher, beta=gate_beta)
+    if estimator == "topk":
+        per_token = _fit_width(no_padding_2_padding(model_output[TOPK_TERM_KEY], data).float(), width)
+        stats = _topk_stats(data)
+    else:
+        teacher = data.select(TEACHER_LOGPROBS_KEY).to_padded_tensor()[TEACHER_LOGPROBS_KEY]
+        teacher = _fit_width(teacher.to(student.device, torch.float32), width)
+        per_token, _gate = opd_per_token(student, teacher, beta=gate_beta)
+        _, stats = opd_loss(student.detach(), teacher, mask, beta=gate_beta)
+        stats.pop("opd/loss")  # the batch-normalised value is logged below
     opd = _aggregate(per_token, weights, mask, config, data)
-    _, stats = opd_loss(student.detach(), teacher, mask, beta=gate_beta)
     metrics["skillduet/opd_loss"] = Metric(value=opd.detach(), aggregation=_metric_aggregation(data, config))
-    for name in ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student"):
-        metrics[f"skillduet/{name}"] = Metric(value=stats[name], aggregation=AggregationType.MEAN)
+    for name, value in stats.items():
+        metrics[f"skillduet/{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
     metrics["skillduet/opd_token_ratio"] = Metric(
         value=(mask.sum() / extra["response_mask"].float().sum().clamp_min(1.0)).item(),
         aggregation=AggregationType.MEAN)
     return policy_loss + opd_coef * opd, metrics
+
+
+def _teacher_request(data: Any) -> bool:
+    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+
+    return bool(tu.get_non_tensor_data(data=data, key=TEACHER_TOPK_REQUEST, default=0))
+
+
+def _logits_processor(student_logits: torch.Tensor, data: Any, *, beta: float, k: int) -> dict:
+    """verl's logits-processor call: the teacher's top-k (teacher pass) or the student's expected term (update)."""
+    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+
+    request = int(tu.get_non_tensor_data(data=data, key=TEACHER_TOPK_REQUEST, default=0) or 0)
+    if request:
+        return teacher_topk_outputs(student_logits, data, request)
+    _, response_lens = response_positions(data)
+    extra = data.select("response_mask", OPD_MASK_KEY)
+    rows = zip(extra["response_mask"].unbind(), extra[OPD_MASK_KEY].unbind())
+    weights = torch.cat([(m.float() * w.float())[:n] for (m, w), n in zip(rows, response_lens)])
+    return student_topk_outputs(student_logits, data, beta=beta, k=k, weights=weights)
+
+
+def _topk_stats(data: Any) -> dict[str, float]:
+    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+
+    stats = tu.get_non_tensor_data(data=data, key=TOPK_STATS_KEY, default=None)
+    if stats is None:
+        raise KeyError("skillduet.opd_estimator=topk: verl's engine did not call the loss as its logits processor "
+                       "(the update batch needs distillation_use_topk=True, set by the skillduet_sync trainer)")
+    return dict(stats)
 
 
 def _aggregate(per_token: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor, config: Any,
@@ -129,9 +187,13 @@ def opd_token_weights(response_masks: Sequence[torch.Tensor], supervised: Sequen
     return [m.to(torch.float32) * (scale if ok else 0.0) for m, ok in zip(response_masks, supervised)]
 
 
-def make_loss_fn(actor_config: Any, *, opd_coef: float, gate_beta: float = 5.0) -> Callable:
+def make_loss_fn(actor_config: Any, *, opd_coef: float, gate_beta: float = 5.0, policy_loss_coef: float = 1.0,
+                 estimator: str = "sampled", topk: int = 8) -> Callable:
     """The picklable callable for ``actor_rollout_wg.set_loss_fn`` (sent to every rank)."""
-    return partial(skillduet_ppo_loss, config=actor_config, opd_coef=float(opd_coef), gate_beta=float(gate_beta))
+    if estimator not in ("sampled", "topk"):
+        raise ValueError(f"skillduet.opd_estimator={estimator!r} is invalid on verl: use sampled or topk")
+    return partial(skillduet_ppo_loss, config=actor_config, opd_coef=float(opd_coef), gate_beta=float(gate_beta),
+                   policy_loss_coef=float(policy_loss_coef), estimator=estimator, topk=int(topk))
 
 
 __all__ = ["OPD_MASK_KEY", "TEACHER_LOGPROBS_KEY", "make_loss_fn", "opd_token_weights", "skillduet_ppo_loss"]

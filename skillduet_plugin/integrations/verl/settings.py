@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.config import SkillDuetConfig, check_estimator
 from skillduet_plugin.core.episode import episode_field
 from skillduet_plugin.core.settings import (ConfigError, check_keys, invalid, setting, take_renamed,
                                             validate_fields)
@@ -88,6 +88,10 @@ class VerlSettings:
                                                    "rounded up to whole polls)", kind="number", lo=0, lo_open=True,
                                                    optional=True,
                                                    fix="expected seconds > 0 (e.g. 0.1), or null for verl's own 2.0")
+    teacher_check_samples: int = setting(0, "the teacher check: each step, every task of the batch with a Local "
+                                         "skill played this many times with it and as many without, on the "
+                                         "rollout servers (held-out episodes, never trained on), logged as "
+                                         "teacher_check/* (0: off)", kind="int", lo=0)
 
     def __post_init__(self) -> None:
         validate_fields(self, "skillduet.")
@@ -161,6 +165,11 @@ def parse_settings(section: Any) -> VerlSettings:
     if method.opd_agg != "token-mean":
         invalid("skillduet.opd_agg", method.opd_agg, "on verl the OPD term is aggregated like the PPO loss: set "
                 "actor_rollout_ref.actor.loss_agg_mode instead")
+    check_estimator(method, action_selection="generate")  # verl generates freely: no choose mode
+    if method.opd_estimator == "topk" and method.needs_teacher_pass and adapter.get("teacher_logprobs",
+                                                                                       "actor") != "actor":
+        invalid("skillduet.opd_estimator", method.opd_estimator, "the teacher's top-k tokens come from the actor's "
+                "forward on verl: set skillduet.teacher_logprobs=actor (or opd_estimator=sampled)")
     return VerlSettings(method=method, env=env, **adapter)
 
 

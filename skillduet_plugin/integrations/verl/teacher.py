@@ -14,14 +14,16 @@ import torch
 from tensordict import TensorDict
 
 from skillduet_plugin.integrations.verl.batch import nested
+from skillduet_plugin.integrations.verl.topk import TEACHER_TOPK_REQUEST, split_teacher_topk
 
 
 def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
-                  temperature: float, pad_to_multiple: int = 1):
+                  temperature: float, pad_to_multiple: int = 1, topk: int = 0):
     """A TensorDict for ``compute_log_prob`` in verl V1's no-padding layout.
 
     Rows are repeated at the end until the count is a multiple of ``pad_to_multiple`` (the actor's data-parallel
-    size); returns ``(tensordict, real_rows)``.
+    size); returns ``(tensordict, real_rows)``. ``topk > 0`` also asks for the ``topk`` most likely tokens of every
+    response position (``integrations.verl.topk``: the SkillDuet loss runs as verl's logits processor).
     """
 
     from verl.utils import tensordict_utils as tu  # lazy: imports transformers
@@ -49,6 +51,8 @@ def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequenc
         "position_ids": nested([torch.arange(x.numel(), dtype=torch.long) for x in input_rows]),
     }, batch_size=len(order))
     tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False, temperature=float(temperature))
+    if topk:
+        tu.assign_non_tensor(td, compute_loss=True, distillation_use_topk=True, **{TEACHER_TOPK_REQUEST: int(topk)})
     return td, real
 
 
@@ -69,16 +73,24 @@ def split_response_logprobs(log_probs: torch.Tensor, contexts: Sequence[Sequence
 
 def compute_response_logprobs(worker_group: Any, contexts: Sequence[Sequence[int]],
                               responses: Sequence[Sequence[int]], *, temperature: float, dp_size: int,
-                              max_rows: int = 512) -> list[torch.Tensor]:
-    """log p(response | context) per row with the actor's current weights, in chunks of ``max_rows``."""
-    out: list[torch.Tensor] = []
+                              max_rows: int = 512, topk: int = 0) -> list:
+    """log p(response | context) per row with the actor's current weights, in chunks of ``max_rows``.
+
+    ``topk > 0``: per row ``(log_probs, topk_ids, topk_log_probs)``, the last two ``(response_len, topk)``: the
+    same forward's most likely tokens at each response position (``integrations.verl.topk``)."""
+    out: list = []
     for start in range(0, len(contexts), max_rows):
         ctx, resp = contexts[start: start + max_rows], responses[start: start + max_rows]
-        td, real = logprob_batch(ctx, resp, temperature=temperature, pad_to_multiple=dp_size)
+        td, real = logprob_batch(ctx, resp, temperature=temperature, pad_to_multiple=dp_size, topk=topk)
         output = worker_group.compute_log_prob(td)
         if hasattr(output, "get") and not isinstance(output, torch.Tensor) and not hasattr(output, "keys"):
             output = output.get()  # a DataProtoFuture from a non-blocking call
-        out.extend(split_response_logprobs(output["log_probs"], ctx, resp)[:real])
+        rows = split_response_logprobs(output["log_probs"], ctx, resp)[:real]
+        if topk:
+            top = split_teacher_topk(output, ctx, resp, topk)[:real]
+            out.extend((row, ids, logps) for row, (ids, logps) in zip(rows, top))
+        else:
+            out.extend(rows)
     return out
 
 

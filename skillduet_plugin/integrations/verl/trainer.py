@@ -36,27 +36,26 @@ from verl.utils.debug import marked_timer
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.integrations.verl import TRAINER_NAME
-from skillduet_plugin.integrations.verl.batch import (build_trajectories, nested, non_tensor_list, skillduet_record,
+from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list, skillduet_record,
                                                       tensor_rows, trajectory_advantages)
 from skillduet_plugin.integrations.verl.checkpoints import CHECKPOINT_SUBDIR, STATE_FILE, SkillBankCheckpoints
-from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_step, keys_by_task, prefetched_rows,
-                                                       start_groups, terminal_uids, uid_of, watch_replay_buffer)
-from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn, opd_token_weights
-from skillduet_plugin.integrations.verl.server_logprobs import (BackgroundLoop, gather_prefills, max_abs_diff,
-                                                                opd_loss_gap, server_response_logprobs, strength_gap)
+from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_step, keys_by_task, start_groups,
+                                                       terminal_uids, uid_of, watch_replay_buffer)
+from skillduet_plugin.integrations.verl.loss import make_loss_fn
+from skillduet_plugin.integrations.verl.server_logprobs import BackgroundLoop, gather_prefills, strength_gap
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
-from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs
+from skillduet_plugin.integrations.verl.teacher_check import TeacherCheck
+from skillduet_plugin.integrations.verl.teacher_pass import TeacherPass
 from skillduet_plugin.integrations.verl.tracking import tracker_from_verl
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
-from skillduet_plugin.skills.teacher_plan import TeacherPlan, plan_teacher
 from skillduet_plugin.skills.types import ExtractionResult
 
 logger = logging.getLogger(__name__)
 
 
 @register_trainer(TRAINER_NAME)
-class SkillDuetTrainer(SkillBankCheckpoints, PPOTrainerSync):
+class SkillDuetTrainer(SkillBankCheckpoints, TeacherPass, TeacherCheck, PPOTrainerSync):
     """``trainer.v1.trainer_mode=skillduet_sync``; reads the ``skillduet:`` config section."""
 
     def __init__(self, config: Any) -> None:
@@ -127,8 +126,9 @@ class SkillDuetTrainer(SkillBankCheckpoints, PPOTrainerSync):
         method = self.skillduet.method
 
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-        self.actor_rollout_wg.set_loss_fn(make_loss_fn(actor_config, opd_coef=method.opd_coef,
-                                                       gate_beta=method.gate_beta))
+        self.actor_rollout_wg.set_loss_fn(make_loss_fn(
+            actor_config, opd_coef=method.opd_coef, gate_beta=method.gate_beta,
+            policy_loss_coef=method.policy_loss_coef, estimator=method.opd_estimator, topk=method.opd_topk))
         self.global_server = create_server(self.skillduet.global_server)
         self._publish_globals()
 
@@ -180,47 +180,10 @@ class SkillDuetTrainer(SkillBankCheckpoints, PPOTrainerSync):
         return extract_step(self.lifecycle, trajectories, self._group_work, step)
 
     # ------------------------------------------------------------------ the step
-    def _actor_dp_size(self) -> int:
-        wg = self.actor_rollout_wg
-        if "actor" not in wg._dispatch_info:
-            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
-        return max(wg._dispatch_info["actor"]) + 1
-
-    def _logprob_fn(self, contexts, responses) -> list[torch.Tensor]:
-        """Teacher and scoring log-probs from the source ``skillduet.teacher_logprobs`` names."""
-        source = getattr(self.skillduet, "teacher_logprobs", "actor")
-        if source == "actor":
-            return self._actor_logprobs(contexts, responses)
-        values = self._server_logprobs(contexts, responses)
-        if source == "compare":
-            self._note_gap(values, self._actor_logprobs(contexts, responses))
-        return values
-
-    def _note_gap(self, served: list[torch.Tensor], actor: list[torch.Tensor]) -> None:
-        gap = max_abs_diff(served, actor)
-        self._check["logprob_max_abs_diff"] = max(self._check.get("logprob_max_abs_diff", 0.0), gap)
-
-    def _client(self) -> Any:
-        if getattr(self, "_server_client", None) is None:
-            self._server_client = self.llm_server_manager.get_client()
-        return self._server_client
-
-    def _server_logprobs(self, contexts, responses) -> list[torch.Tensor]:
-        return server_response_logprobs(self._client(), contexts, responses)
-
-    def _actor_logprobs(self, contexts, responses) -> list[torch.Tensor]:
-        # verl's engine splits each rank's rows into micro-batches of exactly log_prob_micro_batch_size_per_gpu
-        # (unless dynamic batch sizes are on): pad the request to a multiple of dp x that size.
-        rollout = self.config.actor_rollout_ref.rollout
-        micro = 1 if rollout.get("log_prob_use_dynamic_bsz", False) else \
-            int(rollout.get("log_prob_micro_batch_size_per_gpu", None) or 1)
-        return compute_response_logprobs(self.actor_rollout_wg, contexts, responses, temperature=rollout.temperature,
-                                         dp_size=self._actor_dp_size() * micro)
-
     def on_sample_end(self) -> None:
-        if getattr(self.skillduet, "teacher_logprobs", "actor") == "actor":
+        if getattr(self.skillduet, "teacher_logprobs", "actor") == "actor" and not self._teacher_check_on():
             super().on_sample_end()
-        else:  # the rollout servers answer the teacher/scoring prefills: sleep them after scoring
+        else:  # the rollout servers answer the prefills / the teacher check: sleep them after scoring
             self._sleep_deferred = True
 
     def _release_rollout(self) -> None:
@@ -252,53 +215,16 @@ class SkillDuetTrainer(SkillBankCheckpoints, PPOTrainerSync):
         metrics["skillduet/trajectories"] = len(self._trajectories)
         versions = [t.global_version for _, t in self._trajectories if t.global_version is not None]
         metrics["skillduet/rollout_global_version"] = max(versions) if versions else -1  # newest in the prompts
-        if method.needs_teacher_pass:
-            with self._timer("skillduet_teacher"):
-                batch = self._put_teacher_logprobs(batch, prompts, responses, masks, metrics)
+        if method.needs_teacher_pass or self._teacher_check_on():
+            plan = self._teacher_plan(prompts, responses)
+            if method.needs_teacher_pass:
+                with self._timer("skillduet_teacher"):
+                    batch = self._put_teacher_logprobs(batch, plan, masks, metrics)
+            if self._teacher_check_on():
+                splits = {t.task_id: str((records[row] or {}).get("split", "train")) for row, t in self._trajectories}
+                with self._timer("skillduet_teacher_check"):
+                    self._teacher_check(plan, splits, metrics)
         return batch
-
-    def _teacher_plan(self, prompts, responses) -> TeacherPlan:
-        """The teacher context of every row of the batch (``skills.teacher_plan``, as on TRL)."""
-        return plan_teacher(prompts, responses, self._trajectories, self._extraction, self.lifecycle, self.chat)
-
-    def _put_teacher_logprobs(self, batch, prompts, responses, masks, metrics) -> Any:
-        plan = self._teacher_plan(prompts, responses)
-        rows = plan.rows
-        teacher = [torch.zeros(len(r), dtype=torch.float32) for r in plan.responses]
-        reference = list(teacher)  # teacher_logprobs=compare: the actor's teacher rows
-        compare = self.skillduet.teacher_logprobs == "compare"
-        traj_of = {row: traj.traj_id for row, traj in self._trajectories}
-        if rows:
-            # rows whose group sent its prefills during the rollout, then the rest in one concurrent batch
-            served = prefetched_rows(self._group_work, plan.contexts, plan.responses, traj_of, rows)
-            todo = [i for i in rows if i not in served]
-            metrics["skillduet/teacher_rows_prefetched"] = len(served)
-            if todo:
-                ctx, resp = [plan.contexts[i] for i in todo], [plan.responses[i] for i in todo]
-                served.update(zip(todo, self._server_logprobs(ctx, resp) if compare else self._logprob_fn(ctx, resp)))
-            for i in rows:
-                teacher[i] = served[i]
-            if compare:
-                actor = self._actor_logprobs([plan.contexts[i] for i in rows], [plan.responses[i] for i in rows])
-                self._note_gap([teacher[i] for i in rows], actor)
-                for i, value in zip(rows, actor):
-                    reference[i] = value
-        self._group_work = []
-        self._teacher_rows = {traj_of[i]: teacher[i] for i in rows if i in traj_of}
-        self._reference_rows = {traj_of[i]: reference[i] for i in rows if i in traj_of}
-        if compare:
-            old = [torch.tensor(t.base_logps or [0.0] * len(plan.responses[row])) for row, t in self._trajectories]
-            picked = [row for row, _ in self._trajectories]
-            loss_rollout, loss_actor = opd_loss_gap(old, [teacher[i] for i in picked], [reference[i] for i in picked],
-                                                    [masks[i] for i in picked], [plan.has_skill[i] for i in picked],
-                                                    beta=self.skillduet.method.gate_beta)
-            self._check["opd_loss_rollout"], self._check["opd_loss_actor"] = loss_rollout, loss_actor
-            self._check["opd_loss_abs_diff"] = abs(loss_rollout - loss_actor)
-        opd_mask = opd_token_weights(masks, plan.has_skill)  # Eq. 1 over the whole batch (loss.py)
-        metrics["skillduet/opd_trajectory_ratio"] = plan.num_supervised / max(1, len(self._trajectories))
-        fields = TensorDict({TEACHER_LOGPROBS_KEY: nested(teacher), OPD_MASK_KEY: nested(opd_mask)},
-                            batch_size=len(teacher))
-        return self._tq_put(batch, fields)
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         try:

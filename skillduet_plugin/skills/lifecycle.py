@@ -77,6 +77,10 @@ class SkillLifecycle(LifecycleMetrics):
         self._synthesizer = synthesizer
         self._policy_model = policy_model
         self._similarity = similarity
+        # scoring's near-duplicates use the caller's function only, never the one a consolidation loads lazily
+        # ("auto"), so a step scores alike whether or not a consolidation ran before it in this process (a run
+        # resumed from a checkpoint has had none)
+        self._scoring_similarity_fn = similarity if callable(similarity) else None
         self._chat_template_kwargs = chat_template_kwargs
         self._chat_tokenizer: Any = None
         self._special_tokens = tokenizer_special_tokens(tokenizer)
@@ -297,7 +301,7 @@ class SkillLifecycle(LifecycleMetrics):
     def _scoring_similarity(self) -> SimilarityFn | None:
         # Near-duplicate detection before scoring uses the lexical similarity unless the caller configured
         # one: loading an embedding model on every step's hot path would cost more than it saves.
-        return self._similarity if callable(self._similarity) else None
+        return self._scoring_similarity_fn
 
     def record_scores(self, skills: Sequence[Skill], trajectories: Sequence[Trajectory],
                       scores: Mapping[str, SkillScore],

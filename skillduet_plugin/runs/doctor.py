@@ -1,8 +1,9 @@
 """``skillduet doctor``: what a long job needs, checked in seconds before it starts, each failure with its fix.
 
-The checks read the same configuration the job will: a ``skillduet train`` run config with its ``key=value``
-overrides, or (``--verl``) the verl config ``python -m skillduet_plugin.main_ppo`` composes from the same Hydra
-overrides. Each :class:`Check` is ok or not, says what it found, and how to fix a failure:
+The checks read the same configuration the job will: a ``skillduet train`` run config with its
+``key=value`` overrides, or (``--verl``) the verl config ``python -m skillduet_plugin.main_ppo`` composes and
+validates from the same Hydra overrides (its ``DRY_RUN=1`` output). Each :class:`Check` is ok or not, says what
+it found, and how to fix a failure:
 
 - ``versions``: trl / verl / vLLM installed against the package's pins (those the job uses must be installed);
 - ``verl plugin`` (verl jobs, or whenever verl is installed): in a fresh Python process, ``import verl`` loads the
@@ -79,14 +80,22 @@ def run_target(config_path: str | None, overrides: Sequence[str]) -> Target:
                   config.train_split, out, [t for t in trackers if t not in ("none", "")], ("trl",))
 
 
-def verl_target(overrides: Sequence[str]) -> Target:
-    """The verl config ``python -m skillduet_plugin.main_ppo`` composes from ``overrides``."""
-    from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config  # lazy: verl settings
-    from skillduet_plugin.main_ppo import compose  # lazy: imports hydra
+def verl_target(overrides: Sequence[str], timeout: float = 600.0) -> Target:
+    """The verl config ``python -m skillduet_plugin.main_ppo OVERRIDES`` composes and validates (verl's own checks
+    included), read from that command's ``DRY_RUN=1`` output in a child process."""
+    import yaml  # lazy: yaml
 
     from omegaconf import OmegaConf  # lazy: omegaconf
 
-    config = compose(list(overrides))
+    from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config  # lazy: verl settings
+
+    proc = subprocess.run([sys.executable, "-m", "skillduet_plugin.main_ppo", *overrides], capture_output=True,
+                          text=True, env=dict(os.environ, DRY_RUN="1"), timeout=timeout)
+    text = proc.stdout.split("# DRY_RUN:")[0]
+    if proc.returncode != 0 or "# DRY_RUN:" not in proc.stdout:
+        lines = [x for x in proc.stderr.splitlines() if x.strip() and "WARNING" not in x and "HYDRA_FULL" not in x]
+        raise ConfigError(f"the verl config does not compose: {' | '.join(lines[-3:]) or proc.returncode}")
+    config = OmegaConf.create(yaml.safe_load(text))
     settings = settings_from_trainer_config(config)
     env = settings.env
     bank = os.path.dirname(settings.resolved_bank_path(config.trainer.default_local_dir))

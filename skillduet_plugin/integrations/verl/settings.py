@@ -166,8 +166,8 @@ def parse_settings(section: Any) -> VerlSettings:
         invalid("skillduet.opd_agg", method.opd_agg, "on verl the OPD term is aggregated like the PPO loss: set "
                 "actor_rollout_ref.actor.loss_agg_mode instead")
     check_estimator(method, action_selection="generate")  # verl generates freely: no choose mode
-    if method.opd_estimator == "topk" and method.needs_teacher_pass and adapter.get("teacher_logprobs",
-                                                                                       "actor") != "actor":
+    teacher_source = adapter.get("teacher_logprobs", "actor")
+    if method.opd_estimator == "topk" and method.needs_teacher_pass and teacher_source != "actor":
         invalid("skillduet.opd_estimator", method.opd_estimator, "the teacher's top-k tokens come from the actor's "
                 "forward on verl: set skillduet.teacher_logprobs=actor (or opd_estimator=sampled)")
     return VerlSettings(method=method, env=env, **adapter)

@@ -347,7 +347,10 @@ def warm_start_settings(config: RunConfig) -> dict[str, Any]:
                 skill_fraction=ws.skill_fraction, max_turns=ws.max_turns or config.max_turns,
                 max_total_tokens=config.max_total_tokens, skill_token_budget=ws.skill_token_budget,
                 skill_position=config.method_config().skill_position, seed=config.seed,
-                env_identity=data_identity(config, config.train_split), design=ws.design,
+                # the training split's data only when its games are cloned (warm_start.games), so that runs on
+                # other games (a development split) start from the same model
+                env_identity=data_identity(config, config.train_split if ws.games else ws.clone_split),
+                design=ws.design,
                 reading=dict(env_kwargs=env_kwargs(config, ws.clone_split), games=ws.clone_games,
                              counterfactuals=ws.counterfactuals, global_episodes=ws.global_episodes)
                 if ws.design == "reading" else None)

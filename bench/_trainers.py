@@ -3,6 +3,8 @@ per-phase timers, so two configurations can be stepped alternately (A B A B ...)
 
 from __future__ import annotations
 
+import statistics
+
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -133,6 +135,27 @@ def warm_env_caches(env: str = "alfworld", env_kwargs: dict | None = None) -> in
         for task in tasks:
             handle.reset(task)
     return len(tasks)
+
+
+def close_lifecycles(steppers: dict[str, "Stepper"]) -> None:
+    """Close every stepper's skill lifecycle (its SQLite bank) before the temporary folder goes."""
+    for stepper in steppers.values():
+        lifecycle = getattr(stepper.trainer, "lifecycle", None)
+        if lifecycle is not None and hasattr(lifecycle, "close"):
+            lifecycle.close()
+
+
+def median_breakdown(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per configuration, the median step and the median of each phase (``<phase>_s``), and the median of the
+    step without its rollout (``excl_rollout_s``)."""
+    phases = sorted({k for rs in rounds.values() for r in rs for k in r} - {"total"})
+    out = {}
+    for name, rs in rounds.items():
+        row = {"total_s": statistics.median(r["total"] for r in rs)}
+        row.update({f"{p}_s": statistics.median(r.get(p, 0.0) for r in rs) for p in phases})
+        row["excl_rollout_s"] = statistics.median(r["total"] - r.get("rollout", 0.0) for r in rs)
+        out[name] = row
+    return out
 
 
 def alternate(steppers: dict[str, "Stepper"], warmup: int, repeats: int) -> dict[str, list[dict[str, float]]]:

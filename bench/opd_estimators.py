@@ -13,7 +13,6 @@ episode lengths differ a little between configurations: ``excl_rollout_s`` compa
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -48,25 +47,19 @@ def main(argv: list[str] | None = None) -> int:
                     for name, method, over in CONFIGS}
         _trainers.warm_env_caches("alfworld")
         rounds = _trainers.alternate(steppers, args.warmup, repeats)
-        for stepper in steppers.values():
-            lifecycle = getattr(stepper.trainer, "lifecycle", None)
-            if lifecycle is not None and hasattr(lifecycle, "close"):
-                lifecycle.close()
+        _trainers.close_lifecycles(steppers)
+    breakdown = _trainers.median_breakdown(rounds)
 
-    def med(name: str, key: str) -> float:
-        return statistics.median(r.get(key, 0.0) for r in rounds[name])
+    def med(name: str) -> float:
+        return breakdown[name]["total_s"]
 
-    phases = sorted({k for rs in rounds.values() for r in rs for k in r} - {"total"})
-    breakdown = {name: {"total_s": med(name, "total"), **{f"{p}_s": med(name, p) for p in phases},
-                        "excl_rollout_s": statistics.median(r["total"] - r.get("rollout", 0.0) for r in rounds[name])}
-                 for name in rounds}
     results = {
         "workload": {"env": "alfworld (generated)", "action_selection": "choose", "episodes_per_step": episodes,
                      "group": args.group, "max_turns": turns, "repeats": repeats, "warmup": args.warmup,
                      "analyzer": "offline", "method": "Local-only OPD (no scoring, no Global)"},
         "breakdown_median_s": breakdown,
-        "ratio_to_sampled": {name: med(name, "total") / med("sampled", "total") for name in rounds},
-        "ratio_to_grpo": {name: med(name, "total") / med("grpo", "total") for name in rounds},
+        "ratio_to_sampled": {name: med(name) / med("sampled") for name in rounds},
+        "ratio_to_grpo": {name: med(name) / med("grpo") for name in rounds},
         "excl_rollout_ratio_to_sampled": {name: breakdown[name]["excl_rollout_s"]
                                           / breakdown["sampled"]["excl_rollout_s"] for name in rounds},
         "load_avg_before": load_before,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from rich.table import Table
 from skillduet_plugin.skills.bank import BANK_FILENAME, BankError, SkillBank
 from skillduet_plugin.skills.budget import count_tokens
 from skillduet_plugin.skills.export import candidate_score_names, diff_versions, export_json, export_markdown
+from skillduet_plugin.skills.lifecycle_metrics import REPLIES_META_KEY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +78,22 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         print("\t".join(r))
 
 
+def _show_replies(bank) -> None:
+    """The analyzer's replies so far: answered, accepted, and rejected by the judge's reason (``skills.judge``)."""
+    saved = bank.get_meta(REPLIES_META_KEY)
+    if not saved:
+        return
+    counts = json.loads(saved)
+    rejected = counts.get("rejected", {})
+    rows = [["accepted", str(counts.get("accepted", 0))]]
+    rows += [[f"rejected: {reason}", str(n)] for reason, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))]
+    title = (f"Analyzer replies ({counts.get('answered', 0)} answered; steps with every reply rejected, "
+             f"so no Local skill and no OPD term: {counts.get('all_rejected_steps', 0)})")
+    _table(title, ["verdict", "replies"], rows)
+
+
 def _show(bank, scope: str | None, newest: int = 10) -> int:
+    _show_replies(bank)
     scopes = [scope] if scope else bank.scopes()
     if not scopes:
         print("The skill bank is empty.")
@@ -125,9 +142,9 @@ def _history(bank, scope: str | None) -> int:
         rows.append([v.scope, str(v.version), str(v.step), "–" if v.parent_version is None else str(v.parent_version),
                      v.selector, str(rep.get("n_candidates", "–")), str(len(rep.get("kept", []))),
                      str(len(rep.get("rejected", []))), str(len(v.items)), str(rep.get("synthesizer_failures", 0)),
-                     str(len(rep.get("dropped_items", [])))])
+                     str(len(rep.get("dropped_items", []))), str(len(rep.get("judged_out", [])))])
     _table("Global versions", ["scope", "version", "step", "parent", "selector", "candidates", "kept", "rejected",
-                               "items", "synth. failures", "dropped"], rows)
+                               "items", "synth. failures", "dropped", "judged out"], rows)
     return 0
 
 

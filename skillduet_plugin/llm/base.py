@@ -46,6 +46,9 @@ class ChatRequest:
     #: the reply budget this request needs (a skill, a Global); LLM backends send
     #: ``min(max_tokens, config.max_tokens)``, so a slow server never generates more than the answer can use
     max_tokens: int | None = None
+    #: the reply's fixed form (``llm.reply_form.SKILL_FORM`` for a Local skill), enforced where the backend's
+    #: ``reply_form`` setting asks for it; None: free text
+    form: str | None = None
 
     def reply_budget(self, cap: int) -> int:
         """Tokens to ask for: this request's own budget, at most ``cap`` (the backend's ``max_tokens``)."""
@@ -98,7 +101,8 @@ class ChatBackend(abc.ABC):
     Counters: ``calls`` (requests handled), ``attempts`` (tries, retries included), ``retries``,
     ``failures`` (requests that returned None), ``timeouts`` (attempts whose reply did not arrive in time),
     ``completion_tokens`` and ``truncated`` (replies cut at their token budget) where the server reports them,
-    ``last_error`` (text of the most recent fault).
+    ``constrained`` (replies decoded under a fixed form, ``config.reply_form``) and ``form_refusals`` (a server
+    refused the form: asked again without it), ``last_error`` (text of the most recent fault).
     """
 
     kind = "base"
@@ -118,6 +122,8 @@ class ChatBackend(abc.ABC):
         self.timeouts = 0
         self.completion_tokens = 0
         self.truncated = 0
+        self.constrained = 0
+        self.form_refusals = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._rng = random.Random()
@@ -166,6 +172,7 @@ class ChatBackend(abc.ABC):
             return {"kind": self.kind, "role": self.role, "calls": self.calls, "attempts": self.attempts,
                     "retries": self.retries, "failures": self.failures, "timeouts": self.timeouts,
                     "completion_tokens": self.completion_tokens, "truncated": self.truncated,
+                    "constrained": self.constrained, "form_refusals": self.form_refusals,
                     "last_error": self.last_error}
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 ``config.model == "policy"`` reuses the policy being trained (the "self-analyzer" mode); any other value is a
 local folder loaded offline with ``from_pretrained``. Requests are generated in batches of
 ``config.concurrency``; an empty reply or an exception (e.g. out of memory) is retried for the affected
-requests, then counted as a failure, as for every backend.
+requests, then counted as a failure, as for every backend. With ``reply_form=regex`` a batch of Local skill
+requests is decoded under the skill's fixed form (xgrammar's logits processor: ``llm.reply_form``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from skillduet_plugin.core.settings import invalid
 from skillduet_plugin.llm.base import ChatBackend, ChatRequest, backoff_delay, check_requests, strip_think
 from skillduet_plugin.llm.config import BackendConfig
 from skillduet_plugin.llm.registry import register_backend
+from skillduet_plugin.llm.reply_form import SKILL_FORM, GrammarCache
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,13 @@ class TransformersBackend(ChatBackend):
 
     kind = "transformers"
     requires_model = True
+
+    @classmethod
+    def check_config(cls, config: BackendConfig, prefix: str) -> None:
+        super().check_config(config, prefix)
+        if config.reply_form == "json_schema":
+            invalid(f"{prefix}.reply_form", config.reply_form, "json_schema is an OpenAI server's response_format; "
+                    "the transformers backend enforces the form with reply_form=regex")
 
     @classmethod
     def from_config(cls, config: BackendConfig, *, role: str, policy_model: Any = None,
@@ -54,10 +64,16 @@ class TransformersBackend(ChatBackend):
             self.owns_model = True
         # One generate at a time per model: concurrent agenerate calls must not interleave eval/train toggles.
         self._generate_lock = threading.Lock()
+        self._grammar: GrammarCache | None = None
+
+    def _constrains(self, requests: Sequence[ChatRequest]) -> bool:
+        """Whether a batch is decoded under the Local skill form (``reply_form=regex``, every request asks it)."""
+        return self.config.reply_form == "regex" and all(r.form == SKILL_FORM for r in requests)
 
     async def _complete(self, request: ChatRequest) -> str:
         return (await asyncio.to_thread(self.generate_texts, [request.messages],
-                                        request.reply_budget(int(self.config.max_tokens))))[0]
+                                        request.reply_budget(int(self.config.max_tokens)),
+                                        self._constrains([request])))[0]
 
     async def agenerate(self, requests: Sequence[ChatRequest]) -> list[str | None]:
         """Batched generation; each request is retried on its own if its reply was empty or its batch raised."""
@@ -72,9 +88,11 @@ class TransformersBackend(ChatBackend):
                 chunk = pending[start:start + batch_size]
                 self._count(attempts=len(chunk))
                 budget = max(requests[i].reply_budget(int(self.config.max_tokens)) for i in chunk)
+                constrained = self._constrains([requests[i] for i in chunk])
                 try:
                     texts = await asyncio.to_thread(self.generate_texts, [requests[i].messages for i in chunk],
-                                                    budget)
+                                                    budget, constrained)
+                    self._count(constrained=len(chunk) * constrained)
                 except Exception as exc:  # noqa: BLE001 - e.g. CUDA OOM: retry, never stop training
                     logger.warning("transformers %s batch of %d failed: %s", self.role, len(chunk), exc)
                     self._record_fault(f"transformers/{self.role}: {type(exc).__name__}: {exc}", final=False)
@@ -98,15 +116,23 @@ class TransformersBackend(ChatBackend):
 
     # ------------------------------------------------------------------ generation
     def generate_texts(self, conversations: Sequence[list[dict[str, str]]],
-                       max_tokens: int | None = None) -> list[str]:
+                       max_tokens: int | None = None, constrained: bool = False) -> list[str]:
         """Generate one reply per conversation (decoded new tokens only, cut at the first EOS)."""
         return [strip_think(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
-                for ids in self.generate_ids(conversations, max_tokens)]
+                for ids in self.generate_ids(conversations, max_tokens, constrained)]
+
+    def grammar(self) -> GrammarCache:
+        """The Local skill form compiled for this tokenizer (once)."""
+        if self._grammar is None:
+            vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
+            self._grammar = GrammarCache(self.tokenizer, vocab, _eos_ids(self.model, self.tokenizer))
+        return self._grammar
 
     def generate_ids(self, conversations: Sequence[list[dict[str, str]]],
-                     max_tokens: int | None = None) -> list[list[int]]:
+                     max_tokens: int | None = None, constrained: bool = False) -> list[list[int]]:
         """New token ids per conversation, cut before the first EOS (at most ``max_tokens``, default
-        ``config.max_tokens``, each)."""
+        ``config.max_tokens``, each); ``constrained``: decoded under the Local skill form
+        (``llm.reply_form.SKILL_REGEX``, xgrammar's logits processor)."""
         import torch  # lazy: torch
 
         tok, model = self.tokenizer, self.model
@@ -128,6 +154,8 @@ class TransformersBackend(ChatBackend):
                 kwargs.update(temperature=None, top_p=None, top_k=None)
             else:
                 kwargs["temperature"] = float(self.config.temperature)
+            if constrained:
+                kwargs["logits_processor"] = [self.grammar().processor()]
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         # Left padding puts every prompt's end at the same column: new tokens start right after it.
         rows = out[:, input_ids.shape[1]:].tolist()

@@ -4,7 +4,9 @@ Uses ``httpx`` directly so every fault maps to exactly one decision: retry (conn
 408, 429, 5xx, malformed or empty reply), give up (other 4xx), or a reply timeout (the server was generating:
 final unless ``retry_timeouts``). Retries themselves live in :class:`ChatBackend`. Each request asks for its own
 reply budget (``ChatRequest.max_tokens``, capped by ``max_tokens``); the server's ``usage.completion_tokens`` and
-``finish_reason == "length"`` are counted (``completion_tokens``, ``truncated``).
+``finish_reason == "length"`` are counted (``completion_tokens``, ``truncated``). A Local skill request carries
+its reply form when ``reply_form`` asks for it (``llm.reply_form``); a server that refuses it gets the request
+again without it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 from typing import Any, Sequence
 
 import httpx
@@ -21,6 +24,9 @@ from skillduet_plugin.llm.base import (ChatBackend, ChatRequest, PermanentError,
                                        strip_think)
 from skillduet_plugin.llm.config import BackendConfig
 from skillduet_plugin.llm.registry import register_backend
+from skillduet_plugin.llm.reply_form import SKILL_FORM, request_fields, skill_from_json
+
+logger = logging.getLogger(__name__)
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429})
 
@@ -71,20 +77,47 @@ class OpenAIBackend(ChatBackend):
             finally:
                 _CLIENT.reset(token)
 
-    def request_body(self, request: ChatRequest) -> dict[str, Any]:
+    def constrains(self, request: ChatRequest) -> bool:
+        """Whether ``request`` is sent with its reply form (``reply_form`` set, the server has not refused it)."""
+        return request.form == SKILL_FORM and self.config.reply_form != "free" and not self.form_refusals
+
+    def request_body(self, request: ChatRequest, *, constrained: bool | None = None) -> dict[str, Any]:
         cfg = self.config
-        return {"model": cfg.model, "messages": request.messages, "temperature": float(cfg.temperature),
+        body = {"model": cfg.model, "messages": request.messages, "temperature": float(cfg.temperature),
                 "max_tokens": request.reply_budget(int(cfg.max_tokens))}
+        if self.constrains(request) if constrained is None else constrained:
+            body.update(request_fields(cfg.reply_form))
+        return body
 
     async def _complete(self, request: ChatRequest) -> str:
+        constrained = self.constrains(request)
+        try:
+            text = await self._post(request, constrained)
+        except PermanentError as exc:
+            if not constrained:
+                raise
+            # Refused with the form (an unknown field, no structured-output backend): this request is sent again
+            # at once without it; when that one is answered, the form was the problem and no later request
+            # carries it.
+            text = await self._post(request, False)
+            self._count(form_refusals=1)
+            logger.warning("%s %s: the server refused reply_form=%s (%s); sending requests without it",
+                           self.kind, self.role, self.config.reply_form, exc)
+            return text
+        if constrained:
+            self._count(constrained=1)
+            return skill_from_json(text) if self.config.reply_form == "json_schema" else text
+        return text
+
+    async def _post(self, request: ChatRequest, constrained: bool) -> str:
         client = _CLIENT.get()
         if client is None:  # _complete is only reached through agenerate, which sets the client
             raise PermanentError("no HTTP client: call generate/agenerate")
         timeout = float(self.config.timeout_s)
+        body = self.request_body(request, constrained=constrained)
         try:
             # httpx's timeout is per read; wait_for bounds the whole exchange (a server trickling bytes).
-            response = await asyncio.wait_for(client.post(self.url, json=self.request_body(request)),
-                                              timeout=timeout)
+            response = await asyncio.wait_for(client.post(self.url, json=body), timeout=timeout)
         except httpx.ConnectTimeout:  # nothing was generated: another attempt costs the server nothing
             raise RetryableError(f"connect timeout after {timeout:g}s") from None
         except (asyncio.TimeoutError, httpx.TimeoutException) as exc:

@@ -22,9 +22,10 @@ from skillduet_plugin.core.selectors import get_selector
 from skillduet_plugin.llm.base import ChatRequest
 from skillduet_plugin.llm.offline_common import GAME_LINE_PREFIX
 from skillduet_plugin.skills.budget import count_tokens, truncate_lines
+from skillduet_plugin.skills.judge import judge_global_items, parse_global_answer
 from skillduet_plugin.skills.near_duplicates import first_near_duplicates
 from skillduet_plugin.skills.prompts import render as render_prompt
-from skillduet_plugin.skills.sanitize import cap_length, degenerate_reason, parse_global_answer, strip_control_tokens
+from skillduet_plugin.skills.sanitize import cap_length, degenerate_reason, strip_control_tokens
 from skillduet_plugin.skills.similarity import SimilarityFn, lexical_matrix
 from skillduet_plugin.skills.types import GlobalSkills, Skill, normalize_text
 
@@ -55,6 +56,8 @@ class ConsolidationReport:
     fallback: bool = False
     compress_rounds: int = 0
     dropped_items: list[str] = field(default_factory=list)
+    #: sentences the judge left out of the items (``{"reason", "text"}``): one game's object ids or task, structure
+    judged_out: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,6 +176,16 @@ def skill_as_item(skill: Skill) -> str:
     return "; ".join(ln for ln in lines if not ln.startswith(GAME_LINE_PREFIX))
 
 
+def _class_level(items: list[str], candidates: Sequence[Skill], report: ConsolidationReport) -> list[str]:
+    """``items`` without what holds for one game of ``candidates`` (its object ids, its task sentence) or is the
+    prompt's structure (``skills.judge.judge_global_items``); what was left out goes into the report."""
+    meta = [s.metadata or {} for s in candidates]
+    kept, dropped = judge_global_items(items, instance_terms=[t for m in meta for t in m.get("instance_terms", ())],
+                                       tasks=[str(m.get("task", "")) for m in meta])
+    report.judged_out.extend({"reason": reason, "text": text} for reason, text in dropped)
+    return kept
+
+
 def theme_groups(items: Sequence[str]) -> list[list[int]]:
     """Indices of items grouped by theme (greedy lexical clustering, groups of at most ``MAX_THEME_GROUP``).
     When every item is its own theme, neighbours are paired so compression can still make progress."""
@@ -281,9 +294,11 @@ def consolidate_scope(scope: str, candidates: Sequence[Skill], current: GlobalSk
     if items is None:
         report.fallback = bool(kept)
         items = clean_items(current_items + [skill_as_item(s) for s in kept], max_chars, special_tokens)
+    items = _class_level(items, candidates, report)
     items, rounds, dropped, failures = compress(items, scope=scope, budget=budget_tokens, backend=synthesizer,
                                                 tokenizer=tokenizer, max_chars=max_chars,
                                                 special_tokens=special_tokens)
+    items = _class_level(items, candidates, report)
     report.compress_rounds = rounds
     report.dropped_items = dropped
     report.synthesizer_failures += failures

@@ -7,7 +7,8 @@ Rules (the paper's step 2):
   smaller ``traj_id``. Every trajectory of the group gets the shared skill as teacher context.
 - Any other group yields one skill per eligible trajectory (at least one action): a ``procedure`` from a
   success, a ``correction`` from a failure; each trajectory's teacher context is its own skill (hindsight).
-- Trajectories whose request failed or whose answer was rejected get no assignment (no OPD term).
+- Trajectories whose request failed or whose answer was rejected (``skills.judge``: not advice) get no
+  assignment (no OPD term): never the reply as it came.
 All analyzer requests of a step go to the backend in one ``generate`` call. Each asks for at most
 ``reply_tokens`` tokens (a Local skill never needs more than its teacher-prompt budget), and ``max_requests``
 bounds a call's requests: the jobs are taken round-robin over the groups (every group's first job before any
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from skillduet_plugin.llm.base import ChatRequest
+from skillduet_plugin.llm.reply_form import SKILL_FORM
 from skillduet_plugin.skills.prompts import render as render_prompt
 from skillduet_plugin.skills.render import DEFAULT_RENDER_TOKENS, render_trajectory, trajectory_payload, turns
-from skillduet_plugin.skills.sanitize import parse_skill_answer, sanitize_skill
+from skillduet_plugin.skills.judge import judge_skill_reply
 from skillduet_plugin.skills.types import ExtractionResult, Skill, Trajectory
 
 SKIP_VALIDATION = "validation_split"
@@ -112,7 +114,7 @@ def plan_jobs(trajectories: Sequence[Trajectory], *, env: str = "", render_token
                 failure=render_trajectory(failure, render_tokens, tokenizer))
             jobs.append(LocalJob("shared", first.scope, first.task_id, first.task, env_name,
                                  (success.traj_id, failure.traj_id), tuple(t.traj_id for t in group),
-                                 ChatRequest(_messages(system, user), payload, reply_tokens)))
+                                 ChatRequest(_messages(system, user), payload, reply_tokens, SKILL_FORM)))
             continue
         for t in group:
             kind, template = ("procedure", "local_procedure") if t.success else ("correction", "local_correction")
@@ -120,7 +122,7 @@ def plan_jobs(trajectories: Sequence[Trajectory], *, env: str = "", render_token
             system, user = render_prompt(template, env=env_name, scope=t.scope, task=t.task,
                                          trajectory=render_trajectory(t, render_tokens, tokenizer))
             jobs.append(LocalJob(kind, t.scope, t.task_id, t.task, env_name, (t.traj_id,), (t.traj_id,),
-                                 ChatRequest(_messages(system, user), payload, reply_tokens)))
+                                 ChatRequest(_messages(system, user), payload, reply_tokens, SKILL_FORM)))
     return jobs, skipped
 
 
@@ -169,13 +171,16 @@ def extract_local(trajectories: Sequence[Trajectory], step: int, backend: Any, *
             result.failures += 1
             result.rejected.append(("backend_failed", f"{job.kind} skill of {','.join(job.sources)}"))
             continue
-        prompt = "\n".join(m.get("content", "") for m in job.request.messages) if copies else None
-        text, reason = sanitize_skill(parse_skill_answer(answer, prompt), max_chars, special_tokens)
-        if text is None:
-            result.rejected.append((str(reason), f"{job.kind} skill of {','.join(job.sources)}"))
+        verdict = judge_skill_reply(answer, job.request.messages, task=job.task, max_chars=max_chars,
+                                    special_tokens=special_tokens, copies=copies)
+        if verdict.text is None:
+            result.rejected.append((str(verdict.reason), f"{job.kind} skill of {','.join(job.sources)}"))
             continue
-        skill = Skill(text=text, scope=job.scope, kind=job.kind, source_traj_ids=job.sources, step=step,
-                      metadata={"task_id": job.task_id, "task": job.task, "env": job.env})
+        metadata = {"task_id": job.task_id, "task": job.task, "env": job.env}
+        if verdict.instance_terms:  # this game's object ids the skill names: never carried into a Global
+            metadata["instance_terms"] = verdict.instance_terms
+        skill = Skill(text=verdict.text, scope=job.scope, kind=job.kind, source_traj_ids=job.sources, step=step,
+                      metadata=metadata)
         if skill.skill_id in by_id:  # the same advice found twice: one skill, both sources
             known = by_id[skill.skill_id]
             known.source_traj_ids = tuple(dict.fromkeys(known.source_traj_ids + job.sources))

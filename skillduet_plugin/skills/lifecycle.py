@@ -202,6 +202,7 @@ class SkillLifecycle(LifecycleMetrics):
                            "skills/step_analyzer_capped": float(stats.capped),
                            "skills/step_rejected": float(stats.rejected),
                            "skills/assigned_ratio": stats.assigned / eligible})
+        self._count_replies(result, stats, step)
         return result
 
     def add_candidates(self, skills: Sequence[Skill], step: int,

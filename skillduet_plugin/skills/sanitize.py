@@ -7,6 +7,7 @@ headers, a 4,000-character "word", 100 kB of repetition, or nothing at all. :fun
 valid UTF-8 without control or bidi characters and with every word short enough to fit a token budget;
 :func:`strip_control_tokens` (which starts with it) removes chat-template tokens. Every skill text goes through
 :func:`sanitize_skill` before it is stored or inserted; a rejection comes back with a machine-readable reason.
+Which part of an analyzer's reply is advice at all (not an echo of its prompt) is decided in ``skills.judge``.
 """
 
 from __future__ import annotations
@@ -45,19 +46,6 @@ _CONTROL_PATTERNS = [
 ]
 # A line that is only a role header, e.g. "assistant", "<|im_start|>user" after token removal, "### Assistant:".
 _ROLE_HEADER = re.compile(r"^\s*(?:#+\s*)?(system|user|assistant|human|model|tool)\s*:?\s*$", re.IGNORECASE)
-_SKILL_TAG = re.compile(r"<skill>(.*?)(?:</skill>|$)", re.DOTALL | re.IGNORECASE)
-_GLOBAL_TAG = re.compile(r"<global>(.*?)(?:</global>|$)", re.DOTALL | re.IGNORECASE)
-# Lines of the analyzer's or synthesizer's own prompt that a small model copies back instead of answering: the
-# rendered trajectory (skills.render) and the prompts' section headers. Never advice, so never part of a skill.
-_ECHO_LINE = re.compile(r"^\s*(?:Step \d+\. Action:|(?:Initial )?Observation:|Outcome: (?:success|failure)\b|Task:"
-                        r"|\[\.\.\. \d+ middle turn|#{1,6}\s*(?:Successful|Failed) attempt\b"
-                        r"|#{1,6}\s*(?:Current skill set|New skills|Items)\s*$)", re.IGNORECASE)
-# The prompts' answer-form example ("- (first thing to do or check)"), copied back as it stands.
-_PLACEHOLDER = re.compile(r"^\s*[-*]?\s*\((?:first thing to do or check|next thing to do|most important item|next item)"
-                          r"\)\s*$", re.IGNORECASE)
-# A markdown heading line ("### Skill 3", "### New skill set"): structure, not an item of advice.
-_HEADING = re.compile(r"^\s*#{1,6}\s")
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _LETTER = re.compile(r"[A-Za-z]")
 # ANSI/VT escape sequences (CSI "ESC [ ... final", OSC "ESC ] ... BEL|ST", two-byte "ESC x"): removed whole,
@@ -180,80 +168,3 @@ def sanitize_skill(text: str | bytes | None, max_chars: int,
     if reason is not None:
         return None, reason
     return clean, None
-
-
-def parse_skill_answer(answer: str | None, prompt: str | None = None) -> str | None:
-    """The skill text of an analyzer answer: inside ``<skill>...</skill>``; without tags, the whole answer
-    (minus any ``<think>`` block). None when the backend failed. With ``prompt`` (the request's text), lines
-    copied from it are dropped (:func:`drop_copied_lines`)."""
-    if answer is None:
-        return None
-    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS], wrap=False))
-    if prompt:
-        body = drop_copied_lines(body, prompt)
-    found = ["\n".join(ln for ln in m.group(1).strip().splitlines() if not _PLACEHOLDER.match(ln)).strip()
-             for m in _SKILL_TAG.finditer(body)]
-    found = [f for f in found if f]
-    if found:
-        return found[0]
-    # Untagged: what is left once copied prompt lines are gone, each distinct line once (small models echo the
-    # trajectory and repeat their last sentence until the token budget runs out).
-    return "\n".join(_distinct(line for line in body.splitlines()
-                               if not _ECHO_LINE.match(line) and not _PLACEHOLDER.match(line))).strip()
-
-
-#: a reply line whose first this-many words stand verbatim in the prompt is copied, not written
-COPIED_WORDS = 8
-
-
-def drop_copied_lines(text: str, prompt: str) -> str:
-    """``text`` without the lines whose first :data:`COPIED_WORDS` words appear verbatim (case- and
-    punctuation-insensitive) in ``prompt``: a small analyzer copies the trajectory's observations and the task
-    line back instead of writing advice; advice is the analyzer's own words."""
-    haystack = " " + " ".join(_WORD.findall(prompt.lower())) + " "
-    kept = []
-    for line in text.splitlines():
-        words = _WORD.findall(line.lower())
-        if len(words) >= COPIED_WORDS and " " + " ".join(words[:COPIED_WORDS]) + " " in haystack:
-            continue
-        kept.append(line)
-    return "\n".join(kept)
-
-
-def _distinct(lines: Iterable[str]) -> list[str]:
-    """Lines in order without repeats (compared case- and space-insensitively); blank lines kept once in a row."""
-    out: list[str] = []
-    seen: set[str] = set()
-    for line in lines:
-        key = " ".join(line.lower().split())
-        if not key:
-            if out and out[-1].strip():
-                out.append("")
-            continue
-        if key not in seen:
-            seen.add(key)
-            out.append(line.rstrip())
-    return out
-
-
-def parse_global_answer(answer: str | None) -> list[str] | None:
-    """The items of a synthesizer/compress answer: ``- item`` lines inside ``<global>...</global>``.
-
-    Without tags, bullet lines of the whole answer; without bullets, non-empty lines. None when the backend
-    failed; an empty list when nothing usable came back.
-    """
-    if answer is None:
-        return None
-    body = _THINK_BLOCK.sub(" ", clean_text(answer[:MAX_ANSWER_CHARS], wrap=False))
-    match = _GLOBAL_TAG.search(body)
-    region = match.group(1) if match else body
-    # headings ("### Skill 3") and copied prompt lines are never items
-    lines = [line for line in region.splitlines()
-             if line.strip() and not (_HEADING.match(line) or _ECHO_LINE.match(line) or _PLACEHOLDER.match(line))]
-    bullets = [m.group(1) for m in (_BULLET.match(line) for line in lines) if m]
-    if bullets:
-        return [b.strip() for b in bullets]
-    if match:
-        return [line.strip() for line in lines]
-    # No tags and no bullets: treat each non-empty line as an item, skipping obvious chatter lines.
-    return [line.strip() for line in lines if not line.rstrip().endswith(":")]

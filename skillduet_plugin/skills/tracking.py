@@ -4,8 +4,8 @@
 ``TrackerBridge`` turns the lifecycle's plain data into bounded tables and Markdown texts and hands them to
 ``TrackerWriter`` objects, which the adapters build around the logger objects their trainer already has
 (``skills.tracking_writers``). Per step: the top and bottom Local skills by Strength with their scope and the
-trajectory they came from. Per consolidation and scope: every candidate kept or rejected with the reason, the
-new Global's items and its diff against the previous version.
+trajectory they came from, and the analyzer's rejected replies by reason. Per consolidation and scope: every
+candidate kept or rejected with the reason, the new Global's items and its diff against the previous version.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ TAG_PREFIX = "skillduet_skills"  # apart from the scalars (skillduet/*): W&B kee
 LOCAL_COLUMNS = ["rank", "end", "strength", "utility", "contrast", "n_heldout", "scope", "kind", "source_trajectory",
                  "source_reward", "skill_id", "text"]
 CANDIDATE_COLUMNS = ["status", "reason", "strength", "scope", "source_trajectories", "skill_id", "text"]
+REJECTED_COLUMNS = ["reason", "replies", "requests"]
 
 
 class TrackerWriter(Protocol):
@@ -40,6 +41,10 @@ class SkillTracker:
     def on_scores(self, step: int, skills: Sequence[Skill], scores: Mapping[str, Any],
                   trajectories: Sequence[Trajectory]) -> None:
         """The Local skills of ``step`` have their scores (``{skill_id: SkillScore or dict}``)."""
+
+    def on_extraction(self, step: int, rejected: Sequence[tuple[str, str]], accepted: int) -> None:
+        """The analyzer's replies of ``step`` were judged: ``rejected`` holds ``(reason, request)`` of each reply
+        that gave no Local skill, ``accepted`` counts the others."""
 
     def on_consolidation(self, step: int, reports: Sequence[Any], candidates: Mapping[str, Sequence[Skill]],
                          previous: Mapping[str, str]) -> None:
@@ -108,6 +113,19 @@ def candidate_rows(report: Any, candidates: Sequence[Skill], *, limit: int = 50,
     return unique[:limit]
 
 
+def rejected_rows(rejected: Sequence[tuple[str, str]], accepted: int, *, limit: int = 3) -> list[list[Any]]:
+    """One row per reason of a step's rejected analyzer replies (:data:`REJECTED_COLUMNS`), the most frequent
+    first, with up to ``limit`` of the requests they answered; ``accepted`` last, so a step that accepted nothing
+    shows it."""
+    by_reason: dict[str, list[str]] = {}
+    for reason, detail in rejected:
+        by_reason.setdefault(reason, []).append(detail)
+    ordered = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    rows: list[list[Any]] = [[reason, len(details), "; ".join(details[:limit]) + (" ..." * (len(details) > limit))]
+                             for reason, details in ordered]
+    return rows + [["(accepted)", int(accepted), ""]]
+
+
 def global_diff(previous: str, new: str, *, old_name: str = "previous", new_name: str = "new") -> str:
     """Unified line diff of two Global texts ("(no change)" when equal)."""
     lines = list(difflib.unified_diff(previous.splitlines(), new.splitlines(), fromfile=old_name, tofile=new_name,
@@ -170,6 +188,11 @@ class TrackerBridge(SkillTracker):
         rows = local_skill_rows(skills, scores, trajectories, k=self.k, max_chars=self.max_chars)
         self._emit("table", f"{TAG_PREFIX}/local_ranked", step, LOCAL_COLUMNS, rows)
 
+    def on_extraction(self, step: int, rejected: Sequence[tuple[str, str]], accepted: int) -> None:
+        if rejected:
+            self._emit("table", f"{TAG_PREFIX}/analyzer_rejected", step, REJECTED_COLUMNS,
+                       rejected_rows(rejected, accepted))
+
     def on_consolidation(self, step: int, reports: Sequence[Any], candidates: Mapping[str, Sequence[Skill]],
                          previous: Mapping[str, str]) -> None:
         for report in reports:
@@ -179,5 +202,6 @@ class TrackerBridge(SkillTracker):
             self._emit("table", f"{TAG_PREFIX}/consolidation/{scope}", step, CANDIDATE_COLUMNS, rows)
 
 
-__all__ = ["CANDIDATE_COLUMNS", "LOCAL_COLUMNS", "SkillTracker", "TAG_PREFIX", "TrackerBridge", "TrackerWriter",
-           "candidate_rows", "global_diff", "global_markdown", "local_skill_rows", "markdown_table"]
+__all__ = ["CANDIDATE_COLUMNS", "LOCAL_COLUMNS", "REJECTED_COLUMNS", "SkillTracker", "TAG_PREFIX", "TrackerBridge",
+           "TrackerWriter", "candidate_rows", "global_diff", "global_markdown", "local_skill_rows", "markdown_table",
+           "rejected_rows"]

@@ -40,7 +40,7 @@ from skillduet_plugin.rollout.choice import action_response
 from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 from skillduet_plugin.skills.consolidate import render_global
 from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
-from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer
+from skillduet_plugin.skills.judge import parse_global_answer, parse_skill_answer
 from skillduet_plugin.warmstart import EXPERTS, LOCAL_SKILL_TOKENS
 from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens
 from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters

@@ -3,7 +3,9 @@
 Each request's last message content is a key; ``scripts[key]`` lists what the server does on the key's 1st,
 2nd, ... attempt (the last entry repeats): ``ok``, ``500``, ``503``, ``429``, ``400``, ``hang``, ``drop``,
 ``malformed``, ``empty``, ``nochoices``, ``think``, ``slow``, ``garbage`` (non-JSON bytes), ``surrogate`` (a
-skill with a JSON-escaped lone surrogate), ``huge`` (a 4 MB answer). Keys without a script follow ``default``.
+skill with a JSON-escaped lone surrogate), ``huge`` (a 4 MB answer), ``advice`` (a usable skill). Keys without a
+script follow ``default``. ``refuse_forms=True``: a request carrying a reply form (``structured_outputs``,
+``response_format``) is answered HTTP 400, as a server without structured outputs does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-_HUGE = "<skill>" + " ".join(f"step{i}" for i in range(600_000)) + "</skill>"  # about 6.6 MB
+# about 6.6 MB: a line of advice, then one line too long to read whole (cut, so left out as truncated)
+_HUGE = ("<skill>Open the fridge before you cool the apple.\n" + " ".join(f"word{i}" for i in range(600_000))
+         + "</skill>")
 
 
 class FaultServer(ThreadingHTTPServer):
@@ -22,8 +26,9 @@ class FaultServer(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, scripts: dict[str, list[str]] | None = None, *, hang_s: float = 2.0,
-                 slow_s: float = 0.2, default: list[str] | None = None) -> None:
+                 slow_s: float = 0.2, default: list[str] | None = None, refuse_forms: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.refuse_forms = refuse_forms
         self.scripts = dict(scripts or {})
         self.default = list(default or ["ok"])
         self.hang_s, self.slow_s = hang_s, slow_s
@@ -75,6 +80,9 @@ class _Handler(BaseHTTPRequestHandler):
             srv.inflight += 1
             srv.max_inflight = max(srv.max_inflight, srv.inflight)
         try:
+            if srv.refuse_forms and ("structured_outputs" in body or "response_format" in body):
+                self._send(400, json.dumps({"error": {"message": "unsupported parameter: structured outputs"}}))
+                return
             self._respond(srv.next_behaviour(key), key)
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -95,6 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.close()
             return
         content = {"ok": f"reply to {key}", "empty": "", "think": "<think>draft</think>\n<skill>\nx\n</skill>",
+                   "advice": "<skill>Open every closed receptacle before you search the rest of the room.</skill>",
                    "surrogate": "<skill>Open the fridge \ud800 before you cool the apple.</skill>\n<global>\n"
                                 "- Cool the apple \udcff in the fridge first.\n</global>"}
         if behaviour == "huge":

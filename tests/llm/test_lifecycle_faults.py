@@ -17,7 +17,7 @@ from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
 from skillduet_plugin.skills.types import Trajectory
 
-FAULTS = ["hang", "500", "garbage", "malformed", "drop", "surrogate", "huge", "ok"]
+FAULTS = ["hang", "500", "garbage", "malformed", "drop", "surrogate", "huge", "advice"]
 MAX_RETRIES = 1
 
 

@@ -123,7 +123,7 @@ def test_generation_errors_and_empty_replies_are_retried_then_counted(tiny_model
     backend = make_backend(_cfg("policy", max_retries=2), policy_model=tiny_model, policy_tokenizer=tiny_tokenizer)
     calls = []
 
-    def flaky(conversations, max_tokens=None):
+    def flaky(conversations, max_tokens=None, constrained=False):
         calls.append(len(conversations))
         if len(calls) == 1:
             raise RuntimeError("CUDA out of memory (injected)")
@@ -145,7 +145,7 @@ def test_a_request_budget_caps_new_tokens(lively):
     asked = []
     original = backend.generate_texts
 
-    def recording(conversations, max_tokens=None):
+    def recording(conversations, max_tokens=None, constrained=False):
         asked.append(max_tokens)
         return original(conversations, max_tokens)
 

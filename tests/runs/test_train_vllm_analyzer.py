@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import pytest
 
@@ -47,7 +48,7 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     from skillduet_plugin.llm.openai_backend import OpenAIBackend
     from skillduet_plugin.skills.bank import SkillBank
     from skillduet_plugin.skills.consolidate import clean_items
-    from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer, sanitize_skill
+    from skillduet_plugin.skills.judge import judge_skill_reply, line_structure, parse_global_answer
 
     monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
     replies: list[tuple[str, str, str]] = []  # (role, request text, raw reply) as the server sent it
@@ -76,7 +77,9 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     finally:
         bank.close()
     analyzed = [(prompt, text) for role, prompt, text in replies if role == "analyzer"]
-    usable = [t for t in (sanitize_skill(parse_skill_answer(text, prompt), 4000)[0] for prompt, text in analyzed) if t]
+    tasks = [m.group(1) if m else "" for m in (re.search(r"^Task: (.*)$", p, re.MULTILINE) for p, _ in analyzed)]
+    usable = [v.text for v in (judge_skill_reply(text, prompt, task=task, max_chars=4000)
+                               for (prompt, text), task in zip(analyzed, tasks)) if v.text]
     with capsys.disabled():  # the run's replies and rates, for docs/vllm.md
         for role, _, text in replies:
             print(f"{role} reply: {text!r}")
@@ -98,6 +101,10 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     rejected = len(analyzed) - len(usable)
     assert last["skills/analyzer_parse_failure_rate"] == pytest.approx(rejected / len(analyzed))
     assert {c.text for c in candidates} == set(usable)
+    # no candidate holds a line of the prompt's structure (headings, step numbering, transcript fields), and every
+    # rejection is counted under its reason
+    assert not [ln for c in candidates for ln in c.text.splitlines() if line_structure(ln)]
+    assert sum(v for k, v in last.items() if k.startswith("skills/analyzer/rejected/")) == rejected
     # a Global (when there were candidates) is the synthesizer's merge or a counted fallback, never unaccounted
     synthesized = [text for role, _, text in replies if role == "synthesizer"]
     assert bool(versions) == bool(candidates)

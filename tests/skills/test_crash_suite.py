@@ -38,7 +38,7 @@ def _trajectories(chat: ChatTokenizer, step: int) -> list:
     for scope in SCOPES:
         for k in range(3):
             t = make_traj(f"{step}-{scope}-{k}", f"{scope}-t{step % 2}", scope=scope, step=step, success=k == 0,
-                          actions=["look", f"act {step} {scope} {k}"], advantage=1.0 if k == 0 else -0.5)
+                          actions=["look", f"act-{step}-{scope}-{k}"], advantage=1.0 if k == 0 else -0.5)
             out.append(with_tokens(t, chat))
     return out
 

@@ -30,7 +30,7 @@ def _step_trajectories(step: int, chat: ChatTokenizer, lc: SkillLifecycle) -> li
         for task in range(2):
             for k in range(3):
                 t = make_traj(f"{step}-{scope}{task}-{k}", f"{scope}-{task}", scope=scope, step=step,
-                              success=(k == 0 and task == 0), actions=["look", f"act {step} {scope} {task} {k}"],
+                              success=(k == 0 and task == 0), actions=["look", f"act-{step}-{scope}-{task}-{k}"],
                               advantage=1.0 if k == 0 else -0.5)
                 t.prompt_ids = chat.prompt_ids(lc.student_messages(t.prompt_messages, task=t.task, scope=scope))
                 t.completion_ids = chat.encode("<action>look</action>") + [chat.eos_token_id]
@@ -148,7 +148,7 @@ def test_analyzer_outage_never_raises_and_is_counted(tmp_path, tiny_tokenizer):
 def test_parse_failures_fallbacks_and_the_request_cap_are_reported(tmp_path, tiny_tokenizer):
     # half the analyzer's replies are unusable, the synthesizer never answers, at most 4 requests a step
     def analyzer(p):
-        return "ok" if p["kind"] == "local_correction" else f"<skill>Check the {p['task']} twice.</skill>"
+        return "ok" if p["kind"] == "local_correction" else f"<skill>Check every {p['scope']} receptacle twice.</skill>"
 
     cfg = SkillDuetConfig(consolidation_interval=1, analyzer_max_requests=4)
     lc = SkillLifecycle(cfg, tmp_path / BANK_FILENAME, tokenizer=tiny_tokenizer, analyzer=FakeBackend(analyzer),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from skillduet_plugin.skills.sanitize import (degenerate_reason, parse_global_answer, parse_skill_answer,
-                                              sanitize_skill, strip_control_tokens, tokenizer_special_tokens)
+from skillduet_plugin.skills.judge import parse_global_answer, parse_skill_answer
+from skillduet_plugin.skills.sanitize import (degenerate_reason, sanitize_skill, strip_control_tokens,
+                                              tokenizer_special_tokens)
 
 
 def test_control_tokens_think_blocks_and_role_headers_are_stripped():
@@ -25,7 +26,8 @@ def test_tokenizer_special_tokens_are_stripped(tiny_tokenizer):
 
 
 def test_huge_answer_is_capped_fast_and_cut_at_a_boundary():
-    raw = "<skill>" + " ".join(f"word{i}" for i in range(20000)) + "</skill>"
+    raw = "<skill>" + "\n".join(" ".join(f"word{i}" for i in range(j, j + 10)) + "." for j in range(0, 20000, 10))
+    raw += "</skill>"
     assert len(raw) > 100_000
     start = time.perf_counter()
     text, reason = sanitize_skill(parse_skill_answer(raw), 300)
@@ -47,7 +49,9 @@ def test_empty_and_degenerate_answers_are_rejected_with_reasons():
 def test_skill_answer_without_tags_falls_back_to_whole_text():
     assert parse_skill_answer("<think>hmm</think>  Take the knife first.  ") == "Take the knife first."
     assert parse_skill_answer("x <skill>A</skill> <skill>B</skill>") == "A"
-    assert parse_skill_answer("<skill>unterminated advice") == "unterminated advice"
+    # a form opened and never closed: its last line was cut at the budget unless it ends a sentence
+    assert parse_skill_answer("<skill>unterminated advice") == ""
+    assert parse_skill_answer("<skill>Finished advice.") == "Finished advice."
 
 
 def test_global_answer_parsing_with_and_without_tags():

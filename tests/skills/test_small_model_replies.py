@@ -5,7 +5,8 @@ back and repeats its last sentence; what reaches the bank must be the advice, ea
 from __future__ import annotations
 
 from skillduet_plugin.skills.consolidate import clean_items
-from skillduet_plugin.skills.sanitize import parse_global_answer, parse_skill_answer, sanitize_skill
+from skillduet_plugin.skills.judge import judge_skill_reply, parse_global_answer, parse_skill_answer
+from skillduet_plugin.skills.sanitize import sanitize_skill
 
 # local_pair: the user message copied back verbatim (cut at the token budget)
 ECHO = ("Task: clean the t2 knife and put it in drawer.\n\n## Successful attempt\nStep 1. Action: go to sink s2\n"
@@ -27,26 +28,26 @@ SYNTH = ("### New skill set\n### Skill 3\nTake the knife before going to the sin
 
 def test_an_echoed_trajectory_is_not_a_skill():
     assert parse_skill_answer(ECHO) == ""
-    assert sanitize_skill(parse_skill_answer(ECHO), 2000) == (None, "empty")
+    assert judge_skill_reply(ECHO).reason == "prompt_structure"
     # negative control: before the echo filter the copied trajectory passed as a "skill"
     assert sanitize_skill(ECHO, 2000)[0] is not None
 
 
-def test_the_models_own_words_survive_the_echo_filter():
-    text = parse_skill_answer(PROCEDURE)
-    assert "Step 1." not in text and "Observation" not in text and "Outcome" not in text
-    assert text.startswith("The previous example was not a success")
+def test_the_models_talk_about_the_examples_is_not_advice_either():
+    verdict = judge_skill_reply(PROCEDURE)
+    assert verdict.text is None and verdict.reason == "prompt_structure"
+    assert ("chatter", "The previous example was not a success, but the next example was.") in verdict.dropped
 
 
-def test_repeated_lines_are_kept_once():
-    text = parse_skill_answer(REPEATED)
-    assert text.count("The correction skill is:") == 1
-    assert text.splitlines()[0].startswith("The error is:")
+def test_repeated_lines_are_judged_once():
+    verdict = judge_skill_reply(REPEATED, task="clean the knife and put it in drawer.")
+    assert verdict.text is None and verdict.reason == "chatter"
+    assert len(verdict.dropped) == 2  # "The error is: ..." and "The correction skill is: ..." once each
 
 
-def test_tagged_answers_are_taken_as_they_are():
+def test_the_prompts_structure_inside_the_tags_is_never_a_skill_line():
     tagged = "Sure.\n<skill>\nStep 1. Action: go to sink\nOpen the drawer first.\n</skill>"
-    assert parse_skill_answer(tagged) == "Step 1. Action: go to sink\nOpen the drawer first."
+    assert parse_skill_answer(tagged) == "Open the drawer first."
 
 
 def test_headings_are_not_global_items():
@@ -59,7 +60,7 @@ def test_headings_are_not_global_items():
 
 def test_the_prompts_answer_form_example_copied_back_is_dropped():
     copied = "<skill>\n- (first thing to do or check)\n- (next thing to do)\n</skill>"
-    assert sanitize_skill(parse_skill_answer(copied), 2000) == (None, "empty")
+    assert judge_skill_reply(copied).reason == "prompt_structure"
     mixed = "<skill>\n- (first thing to do or check)\n- Go to the sink before you take the knife.\n</skill>"
     assert parse_skill_answer(mixed) == "- Go to the sink before you take the knife."
     form = "<global>\n- (most important item)\n- Open it.\n- (next item)\n</global>"
@@ -88,8 +89,14 @@ def test_lines_copied_from_the_prompt_are_not_a_skill():
         assert sanitize_skill(parse_skill_answer(reply), 2000)[0] is not None  # negative control: no prompt given
     own = "Check the dresser before you go to the desk.\nYou are in the middle of a room. Looking quickly around"
     assert parse_skill_answer(own, PROMPT) == "Check the dresser before you go to the desk."
-    # short lines and lines that only start like the prompt stay: the rule needs 8 words in a row
-    assert parse_skill_answer("Put the plate on the dresser.", PROMPT) == "Put the plate on the dresser."
+    # a copy with small edits is a copy (word pairs, not an 8-word prefix); the task said again is not advice
+    assert judge_skill_reply("- Looking around you, you see a cabinet 1 and a desk 1.", PROMPT).reason == (
+        "copied_transcript")
+    assert judge_skill_reply("Put the plate on the dresser.", PROMPT, task="put some plate on dresser.").reason == (
+        "task_restated")
+    # naming the actions the attempt took is advice, not a copy
+    assert parse_skill_answer("Go to the desk 1 first, then look for the plate.", PROMPT) == (
+        "Go to the desk 1 first, then look for the plate.")
 
 
 def test_copied_lines_are_dropped_for_language_models_only():
@@ -97,11 +104,12 @@ def test_copied_lines_are_dropped_for_language_models_only():
     from skills_fakes import FakeBackend, make_traj
 
     trajs = [make_traj("f1", actions=["go to desk 1", "open drawer 1"])]
-    quoting = ("<skill>\nTask: clean the t1 knife and put it in drawer.\n"
-               "clean the t1 knife and put it in drawer.</skill>")
+    # a sentence of the correction prompt's own instructions, copied back
+    quoting = "<skill>\nFind the first decisive mistake and write one reusable correction skill.\n</skill>"
     llm = FakeBackend(lambda p: quoting)
-    assert extract_local(trajs, 1, llm, max_chars=2000)[0].skills == []
+    result = extract_local(trajs, 1, llm, max_chars=2000)[0]
+    assert result.skills == [] and [r for r, _ in result.rejected] == ["copied_transcript"]
     rules = FakeBackend(lambda p: quoting)
     rules.may_copy_prompt = False  # like the offline backend, which quotes trajectories on purpose
     assert [s.text for s in extract_local(trajs, 1, rules, max_chars=2000)[0].skills] == [
-        "Task: clean the t1 knife and put it in drawer.\nclean the t1 knife and put it in drawer."]
+        "Find the first decisive mistake and write one reusable correction skill."]

@@ -82,20 +82,23 @@ def _backend(kind: str, form: str, args: argparse.Namespace, model_dir: Path, se
     from skillduet_plugin.config import BackendConfig
     from skillduet_plugin.llm import make_backend
 
-    common = dict(temperature=0.0, max_tokens=args.reply_tokens, concurrency=args.concurrency, reply_form=form)
     if kind == "offline":
         return make_backend(BackendConfig(kind="offline"))
+    common = dict(temperature=0.0, max_tokens=args.reply_tokens, concurrency=args.concurrency, reply_form=form)
     if kind == "vllm":
         return make_backend(BackendConfig(kind="openai", model="smollm2", base_url=server.base_url, timeout_s=1800,
                                           **common))
     return make_backend(BackendConfig(kind="transformers", model=str(model_dir), **common))
 
 
-def run_config(name: str, backend: Any, cases: list[AnalyzerCase], tokenizer: Any) -> dict[str, Any]:
+def run_config(name: str, backend: Any, cases: list[AnalyzerCase], tokenizer: Any = None) -> dict[str, Any]:
+    """One configuration's replies to ``cases``, timed, judged and counted (tokens with SmolLM2's tokenizer,
+    words without one)."""
     t0 = time.perf_counter()
     replies = backend.generate([c.job.request for c in cases])
     seconds = time.perf_counter() - t0
-    tokens = sum(len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in replies if r)
+    tokens = sum(len(tokenizer(r, add_special_tokens=False)["input_ids"]) if tokenizer else len(r.split())
+                 for r in replies if r)
     out = judge_replies(cases, replies, copies=bool(getattr(backend, "may_copy_prompt", True)))
     out.update({"config": name, "seconds": round(seconds, 1), "s_per_reply": round(seconds / len(cases), 3),
                 "reply_tokens": tokens, "ms_per_token": round(1000 * seconds / max(1, tokens), 1),
@@ -106,6 +109,18 @@ def run_config(name: str, backend: Any, cases: list[AnalyzerCase], tokenizer: An
           f"naming {out['names_target_or_action']}, {out['s_per_reply']} s/reply, {out['ms_per_token']} ms/token, "
           f"load {out['load1']}", flush=True)
     return out
+
+
+def rejudge(args: argparse.Namespace) -> None:
+    """The verdicts of a recorded run recomputed with the judge as it is now (the timings stay as measured)."""
+    summary = json.loads(Path(args.rejudge).read_text())
+    cases = build_cases(_games(Path(args.cache)), summary["replies"], render_tokens=summary["render_tokens"])
+    for result in summary["configs"]:
+        copies = result["config"] != "offline"
+        result.update(judge_replies(cases, result["raw_replies"], copies=copies))
+        print(f"{result['config']}: {result['accepted']}/{len(cases)} accepted, rejected {result['rejected']}, "
+              f"naming {result['names_target_or_action']}")
+    Path(args.json or args.rejudge).write_text(json.dumps(summary, indent=1) + "\n")
 
 
 def main() -> None:
@@ -119,21 +134,36 @@ def main() -> None:
     parser.add_argument("--cache", default=os.environ.get("SKILLDUET_CACHE", str(Path.home() / ".cache/skillduet"))
                         + "/analyzer_quality")
     parser.add_argument("--json", default=None, help="write the results (with every raw reply) to this file")
+    parser.add_argument("--rejudge", default=None, metavar="JSON",
+                        help="judge the raw replies recorded in JSON again (same requests; no generation)")
     args = parser.parse_args()
+    if args.rejudge:
+        return rejudge(args)
     import torch
     from transformers import AutoTokenizer
 
     torch.set_num_threads(1)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    model_dir = _smollm2(cache)
-    cases = build_cases(_games(cache), args.replies, render_tokens=args.render_tokens)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     backends, forms = args.backends.split(","), args.forms.split(",")
+    model_dir = _smollm2(cache) if set(backends) - {"offline"} else cache / "smollm2"
+    cases = build_cases(_games(cache), args.replies, render_tokens=args.render_tokens)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir)) if model_dir.is_dir() else None
     results: list[dict[str, Any]] = []
     t0 = time.time()
+
+    def record(result: dict[str, Any]) -> None:  # written after every configuration: a long run keeps its part
+        results.append(result)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(
+                {"replies": len(cases), "reply_tokens": args.reply_tokens, "render_tokens": args.render_tokens,
+                 "kinds": dict(Counter(c.job.request.payload["kind"] for c in cases)),
+                 "seconds": round(time.time() - t0), "machine": _common.machine_conditions(), "configs": results},
+                indent=1) + "\n")
+
     if "offline" in backends:
-        results.append(run_config("offline", _backend("offline", "free", args, model_dir), cases, tokenizer))
+        record(run_config("offline", _backend("offline", "free", args, model_dir), cases, tokenizer))
     if "vllm" in backends:
         from skillduet_testing.vllm_server import VLLMServer
 
@@ -141,19 +171,12 @@ def main() -> None:
                         max_num_seqs=args.concurrency) as server:
             print(f"vllm serve ready after {server.startup_s:.0f} s", flush=True)
             for form in forms:
-                results.append(run_config(f"vllm/{form}", _backend("vllm", form, args, model_dir, server), cases,
-                                          tokenizer))
+                record(run_config(f"vllm/{form}", _backend("vllm", form, args, model_dir, server), cases, tokenizer))
     if "transformers" in backends:
         for form in forms:
             backend = _backend("transformers", form, args, model_dir)
-            results.append(run_config(f"transformers/{form}", backend, cases, tokenizer))
+            record(run_config(f"transformers/{form}", backend, cases, tokenizer))
             backend.close()
-    summary = {"replies": len(cases), "reply_tokens": args.reply_tokens, "render_tokens": args.render_tokens,
-               "kinds": dict(Counter(c.job.request.payload["kind"] for c in cases)), "seconds": round(time.time() - t0),
-               "machine": _common.machine_conditions(), "configs": results}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps([{k: v for k, v in r.items() if k not in ("raw_replies", "accepted_samples")}
                       for r in results], indent=1))
 

@@ -64,14 +64,13 @@ _TASK_SAID = re.compile(r"^(?:the|your|my|our|this) (?:task|goal|objective|missi
                         re.IGNORECASE)
 _CHATTER = [
     re.compile(r"^(?:sure|certainly|of course|okay|ok|great|absolutely|here is|here's|here are)\b", re.IGNORECASE),
-    re.compile(r"\b(?:I|I'm|I'll|I've|I'd)\b|\b(?:me|my|myself)\b"),
+    re.compile(r"\b(?:I|I'm|I'll|I've|I'd)\b|\b(?i:me|my|myself)\b"),
     re.compile(r"\b(?:glad|excited|happy to|hope this|feel free|let me know)\b", re.IGNORECASE),
     re.compile(r"\bthis is an? (?:\w+ )?(?:skill|correction|procedure|answer|example|response)\b", re.IGNORECASE),
     re.compile(r"^(?:the |a |my |our )?(?:\w+ )?(?:skill|error|mistake|answer|solution|output|response|result)"
                r" (?:is|was|would be)\s*:", re.IGNORECASE),
     re.compile(r"\b(?:should not|do not|don't|never) copy\b|\bnot to copy\b", re.IGNORECASE),
-    re.compile(r"\b(?:previous|next|above|following|first|second|last) (?:example|one)\b|\bexamples?\b",
-               re.IGNORECASE),
+    re.compile(r"\b(?:previous|next|above|following|first|second|last|this|that) examples?\b", re.IGNORECASE),
 ]
 # an object of one game: a name and its number ("desk 1", "cd 2")
 _OBJECT_ID = re.compile(r"\b[a-z]+ \d{1,3}(?![\w-])")

@@ -78,6 +78,12 @@ def test_rejections_accumulate_by_reason_and_survive_a_restore(tmp_path, tiny_to
     assert [s.text for s in result.skills] == [advice, advice] and m["analyzer/rejected/prompt_structure"] == 6
     assert m["analyzer/step_all_rejected"] == 0.0 and m["analyzer/step_accepted"] == 2.0
     assert m["analyzer/step_without_local_skill"] == 6.0  # the all-failure groups' trajectories
+    # negative control of the all-rejected step: here the pair groups' 6 trajectories are supervised
+    from skillduet_plugin.skills.teacher_plan import plan_teacher
+
+    rows = list(enumerate(t for t in trajs if t.split == "train"))
+    plan = plan_teacher([t.prompt_ids for _, t in rows], [t.completion_ids for _, t in rows], rows, result, lc, chat)
+    assert plan.num_supervised == 6
     lc.snapshot(tmp_path / "snap")
     lc.extract(_step_trajectories(2, chat, lc), 2)
     assert lc.metrics()["analyzer/rejected/prompt_structure"] == 12

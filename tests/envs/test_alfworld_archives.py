@@ -96,6 +96,41 @@ def test_memoised_command_texts_equal_textworlds(tmp_path, monkeypatch):
 
 
 @needs_archives
+def test_memoised_command_texts_follow_each_games_names(tmp_path, monkeypatch):
+    """Three trials of one scene share the grammar, the logic and the objects' ids but number the objects
+    differently (``mug 1`` / ``mug 3``): played one after another in one process, each walkthrough wins and every
+    admissible list equals the engine without the memo. A memo keyed by template and binding alone (shared by
+    the games) gives the second trial the first one's names: its walkthrough's ``take mug 3`` is not admissible."""
+    monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
+    from skillduet_plugin import envs
+    from skillduet_plugin.envs.alfworld import engine
+
+    def play(env):
+        tasks = [t for t in env.tasks if "pick_clean_then_place_in_recep-Mug-None-CoffeeMachine-10" in t]
+        out = []
+        for task in tasks:
+            obs, info = env.reset(task)
+            lists, done = [tuple(info["admissible_actions"])], False
+            for action in env.walkthrough(task):
+                assert action in info["admissible_actions"], (task, action)
+                obs, _, done, info = env.step(action)
+                lists.append(tuple(info["admissible_actions"]))
+            out.append((task, done, lists))
+        return out
+
+    engine._LOGIC_CACHE.clear()
+    with envs.make("alfworld", data_dir=str(ARCHIVES), split="valid_unseen", task_types=["clean"]) as env:
+        memoised = play(env)
+    engine._LOGIC_CACHE.clear()
+    monkeypatch.setattr(engine, "_memoise_commands", lambda logic: logic)
+    with envs.make("alfworld", data_dir=str(ARCHIVES), split="valid_unseen", task_types=["clean"]) as env:
+        plain = play(env)
+    engine._LOGIC_CACHE.clear()
+    assert len(memoised) == 3 and all(done for _, done, _ in memoised)
+    assert memoised == plain
+
+
+@needs_archives
 @pytest.mark.slow
 def test_train_from_the_archives_on_a_few_real_games(tmp_path):
     """`skillduet train data_dir=<the archives>`: RL games from the `rl` part, the panel from valid_unseen."""

@@ -44,6 +44,7 @@ class _LRU(OrderedDict):
 # GameLogic gains already-known types idempotently, the translated task is read-only).
 _LOGIC_CACHE = _LRU(MAX_CACHED_GAMES)
 _SAS_CACHE = _LRU(2 * MAX_CACHED_GAMES)
+_MEMO_GAMES = 16  # games whose command texts are kept per cached logic
 _PARSE_CACHE = _LRU(8192)  # grammar right-hand sides and query snippets, mostly shared by all games
 
 
@@ -67,22 +68,36 @@ def _memoised_parser(parse: Callable[..., Any], tag: str) -> Callable[..., Any]:
 
 
 def _memoise_commands(logic: Any) -> Any:
-    """``logic`` whose grammar derives each admissible command's text once per (template, argument binding).
+    """``logic`` whose grammar derives each admissible command's text once per game, template and binding.
 
     TextWorld derives the text of every applicable action at every step, deep-copying the derivation context for
     each symbol (most of a step's time in a real ALFWorld room). A command template reads only its arguments
-    (``take {o} from {r}``) and, for ``go to``, where receptacles stand, which no action changes; so the text is a
-    function of the template and the binding. Any other derivation (feedback, the intro) is computed as before.
+    (``take {o} from {r}``) and, for ``go to``, where receptacles stand, which no action changes; so within one
+    game the text is a function of the template and the binding. The display names come from the game's entity
+    infos (two trials of one scene name the same object ``mug 1`` and ``mug 3``), and one logic serves every game
+    with its grammar, so the texts are kept per entity-infos object (the last ``_MEMO_GAMES`` games, each held so
+    that its id cannot be reused). Any other derivation (feedback, the intro) is computed as before.
     """
     grammar = logic.grammar
     derive = grammar.derive
     templates = {action.template for action in logic.actions.values()}
-    texts: dict[Any, str] = {}
+    games: OrderedDict[int, tuple[Any, dict[Any, str]]] = OrderedDict()
+    lock = threading.Lock()
 
     def derive_command(start: str, context: Any = None) -> str:
-        mapping = (context or {}).get("mapping")
-        if start not in templates or mapping is None:
-            return derive(start, context or {})
+        context = context or {}
+        mapping, infos = context.get("mapping"), context.get("entity_infos")
+        if start not in templates or mapping is None or infos is None:
+            return derive(start, context)
+        with lock:
+            held = games.get(id(infos))
+            if held is None:
+                held = games[id(infos)] = (infos, {})
+                while len(games) > _MEMO_GAMES:
+                    games.popitem(last=False)
+            else:
+                games.move_to_end(id(infos))
+        texts = held[1]
         key = (start, tuple(sorted((ph.name, var.name) for ph, var in mapping.items())))
         text = texts.get(key)
         if text is None:

@@ -60,14 +60,21 @@ def _stable(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not any(tag in k for tag in VOLATILE)}
 
 
+#: float sums over the batch in fresh Ray workers (restored FSDP state, another thread schedule) agree to a few
+#: 1e-5 relative (CI saw opd/gate_mean 0.500736 vs 0.500715); counts, task order, prompts and the bank are exact
+FLOAT_REL = 2e-4
+
+
 def assert_same_metrics(got: dict, want: dict) -> None:
     got, want = _stable(got), _stable(want)
     assert set(got) == set(want), sorted(set(got) ^ set(want))
     for key, value in want.items():
         if isinstance(value, float) and math.isnan(value):
             assert math.isnan(got[key]), key
+        elif isinstance(value, float) and not float(value).is_integer():
+            assert got[key] == pytest.approx(value, rel=FLOAT_REL, abs=1e-6), (key, got[key], value)
         else:
-            assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (key, got[key], value)
+            assert got[key] == value, (key, got[key], value)
 
 
 def _bank_history(folder: Path) -> dict:

@@ -336,7 +336,8 @@ def _run_parallel(todo: list[PlannedRun], configs: dict[PlannedRun, RunConfig], 
     """Runs in ``jobs`` worker processes (spawned: no torch state is shared); the first failure stops the
     study after the runs in flight end (each is resumable)."""
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:
         futures = {pool.submit(_worker, configs[r], run_dir(root, r), r, needs[r]): r for r in todo}
         pending = set(futures)
         while pending:

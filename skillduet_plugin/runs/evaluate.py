@@ -218,23 +218,29 @@ def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, 
         log(f"eval [{CONDITION_LABELS[mode]}]: success {summary['success']:.3f} on {len(episodes)} tasks "
             f"({summary['seconds']}s)")
     if samples > 0:
+        limits = dict(max_turns=max_turns, max_new_tokens=max_new_tokens, max_total_tokens=max_total_tokens,
+                      action_selection=action_selection)
         results["sampled"] = sampled_summary(model, tokenizer, task_ids, env_name=env_name, pool=pool,
-                                             samples=samples, seed=seed, temperature=temperature,
-                                             max_turns=max_turns, max_new_tokens=max_new_tokens,
-                                             max_total_tokens=max_total_tokens, action_selection=action_selection)
+                                             samples=samples, seed=seed, temperature=temperature, **limits)
         r = results["sampled"]
         log(f"eval [{CONDITION_LABELS['none']}, sampled x{samples}]: success {r['success']:.3f} on "
             f"{len(task_ids)} tasks ({r['seconds']}s)")
+        if "learned" in results["conditions"]:  # the policy as deployed: sampled with its learned Global
+            results["sampled_learned"] = r = sampled_summary(
+                model, tokenizer, task_ids, env_name=env_name, pool=pool, samples=samples, seed=seed,
+                temperature=temperature, condition=GlobalCondition("learned", lifecycle), **limits)
+            log(f"eval [{CONDITION_LABELS['learned']}, sampled x{samples}]: success {r['success']:.3f} on "
+                f"{len(task_ids)} tasks ({r['seconds']}s)")
     return results
 
 
 def sampled_summary(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any, samples: int,
                     seed: int, temperature: float, student_fns: Sequence[Any] | None = None,
-                    **limits: Any) -> dict[str, Any]:
+                    condition: GlobalCondition | None = None, **limits: Any) -> dict[str, Any]:
     """:func:`summarize` of :func:`sampled_episodes`."""
     t0 = time.time()
     episodes = sampled_episodes(model, tokenizer, task_ids, env_name=env_name, pool=pool, samples=samples, seed=seed,
-                                temperature=temperature, student_fns=student_fns, **limits)
+                                temperature=temperature, student_fns=student_fns, condition=condition, **limits)
     summary = summarize(episodes, env_name)
     summary.update(seconds=round(time.time() - t0, 1), samples=samples, temperature=temperature)
     return summary
@@ -242,14 +248,14 @@ def sampled_summary(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_
 
 def sampled_episodes(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
                      samples: int, seed: int, temperature: float, student_fns: Sequence[Any] | None = None,
-                     **limits: Any) -> list[Any]:
-    """``samples`` sampled episodes per task (no Global; ``student_fns``: per task, its prompt builder), drawn
-    from torch's generator seeded with ``seed`` inside a forked RNG: the same episodes on every call, and the
-    caller's random state is left as it was."""
+                     condition: GlobalCondition | None = None, **limits: Any) -> list[Any]:
+    """``samples`` sampled episodes per task (no Global unless ``condition``; ``student_fns``: per task, its
+    prompt builder), drawn from torch's generator seeded with ``seed`` inside a forked RNG: the same episodes on
+    every call, and the caller's random state is left as it was."""
     with seeded_torch_rng(seed):
         fns = None if student_fns is None else [fn for fn in student_fns for _ in range(samples)]
         return play_panel(model, tokenizer, [t for t in task_ids for _ in range(samples)], env_name=env_name,
-                          pool=pool, condition=GlobalCondition("none", None), do_sample=True,
+                          pool=pool, condition=condition or GlobalCondition("none", None), do_sample=True,
                           temperature=temperature, student_fns=fns, **limits)
 
 

@@ -263,8 +263,8 @@ class _Tasks:
 def _measure(model: Any, tokenizer: Any, config: RunConfig, tasks: _Tasks, run: RunDir, say: Callable[[str], None],
              when: str, *, resuming: bool = False) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The panel and the measured training tasks, ``when`` = ``"before"`` RL (reused from a stopped run's files
-    when resuming) or ``"after"`` it (with the learned Global as a second panel condition when the method builds
-    one)."""
+    when resuming) or ``"after"`` it (with the learned Global as a second condition, greedy and sampled, when the
+    method builds one)."""
     on_train = dict(log=_tagged(say, "training tasks"), split=config.train_split)
     if when == "before":
         wanted = config.eval_before
@@ -280,7 +280,7 @@ def _measure(model: Any, tokenizer: Any, config: RunConfig, tasks: _Tasks, run: 
     train_result = None
     if tasks.train_eval:
         train_result = measure(model, tokenizer, config, tasks.train_eval, run, label="after_train",
-                               conditions=("none",), **on_train)
+                               conditions=conditions, **on_train)
     return panel_result, train_result
 
 

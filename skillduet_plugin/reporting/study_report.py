@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 from skillduet_plugin.core.stats import Interval, bootstrap_interval
 from skillduet_plugin.envs.registry import env_names, env_spec
+from skillduet_plugin.reporting.study_aims import (SAMPLED, SAMPLED_LEARNED, aims_section, outcome_matrix,
+                                                   with_sampled)
 from skillduet_plugin.reporting.study_mechanism import mechanism_section
 from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
@@ -45,9 +47,6 @@ class ArmData:
 
 def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
-
-
-SAMPLED = "sampled"
 
 
 def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list[ArmData]]:
@@ -81,32 +80,6 @@ def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list
         data.eval_seconds.append(float(summary.get("time/eval_after_s", 0.0) or 0.0)
                                  + sum(float(c.get("seconds", 0.0)) for c in neutral.values()))
     return spec, _read(root / BEFORE_FILE), list(arms.values())
-
-
-def with_sampled(result: dict[str, Any]) -> dict[str, Any]:
-    """An evaluation's conditions, plus its sampled-policy measurement (``eval_samples`` episodes per task, a
-    task's outcome the mean of them) as the pseudo-condition ``"sampled"`` when it was made."""
-    conditions = dict(result.get("conditions", {}))
-    if result.get("sampled"):
-        conditions[SAMPLED] = result["sampled"]
-    return conditions
-
-
-# ---------------------------------------------------------------------- numbers
-def outcome_matrix(evals: Sequence[dict[str, dict[str, Any]]], condition: str = "none",
-                   task_type: str | None = None) -> list[list[float]] | None:
-    """``(seeds, tasks)`` wins under ``condition`` (tasks in the panel order of the first seed, only those of
-    ``task_type`` when given); None when a seed lacks that condition."""
-    rows, tasks = [], None
-    for ev in evals:
-        cond = ev.get(condition)
-        if not cond or "outcomes" not in cond:
-            return None
-        if tasks is None:
-            types = cond.get("task_types", {})
-            tasks = [t for t in cond["outcomes"] if task_type is None or types.get(t) == task_type]
-        rows.append([float(cond["outcomes"][t]) for t in tasks])
-    return rows if rows and tasks else None
 
 
 def _ci(matrix: list[list[float]] | None, other: list[list[float]] | None = None) -> Interval | None:
@@ -278,6 +251,7 @@ def build_study_report(root: str | os.PathLike) -> Path:
     header += ["Score (mean over seeds)", "Rollout score, last 3 steps"] if scored else []
     header += ["Sampled success %"] if sampled else []
     lines += _table(header, rows) + ["", "![panel](panel.png)", ""]
+    lines += aims_section(arms, _pct, _verdict, _table)
     if all_types:
         lines += ["## Per task type", ""]
         lines += _table(["Method"] + all_types, [[label] + [_pct(dict(per_type[t])[label]) for t in all_types]
@@ -307,9 +281,13 @@ def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[s
              "played without a Global before RL (the shared model) and after RL (each run), greedily"
              f"{_sampled_note(before)}. This measures what RL learned on the games it practised; the panel above "
              "measures transfer.", ""]
-    for condition, how in (("none", "greedy"), (SAMPLED, "sampled policy")):
-        before_m = outcome_matrix([with_sampled(before)], condition)
-        if before_m is None:
+    for condition, how in (("none", "greedy"), (SAMPLED, "sampled policy"), ("learned", "greedy, learned Global"),
+                           (SAMPLED_LEARNED, "sampled policy, learned Global")):
+        # before RL there is no Global: the learned rows are measured against the shared model without one
+        before_m = outcome_matrix([with_sampled(before)], {"learned": "none", SAMPLED_LEARNED: SAMPLED}.get(
+            condition, condition))
+        if before_m is None or (condition in ("learned", SAMPLED_LEARNED)
+                                and not any(outcome_matrix(a.train_evals, condition) for a in arms if a.seeds)):
             continue
         rows = [["Before RL (shared model)", "1", _pct(_ci(before_m)), "–", "–"]]
         mats = {}

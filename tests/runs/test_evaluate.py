@@ -157,3 +157,32 @@ def test_sampled_evaluation_is_seeded_and_leaves_the_callers_random_state_alone(
     r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=7, **kwargs)
     assert r["sampled"]["episodes"] == 3 * len(TASKS) and r["sampled"]["samples"] == 3
     assert "sampled" not in evaluate_conditions(tiny_model, tiny_tokenizer, TASKS[:1], pool=FakePool(), **kwargs)
+
+
+def test_sampled_evaluation_with_the_learned_global(bank_with_global, tiny_model, tiny_tokenizer, monkeypatch):
+    """With the learned Global among the conditions, the policy is also sampled with it (``sampled_learned``, the
+    run as deployed): the same seed and samples as ``sampled``, the Global's condition in its prompts. Without it
+    (or without a Global in the bank) there is no such measurement."""
+    from skillduet_plugin.runs import evaluate
+
+    lifecycle = eval_lifecycle(str(bank_with_global), SkillDuetConfig(skill_token_budget=256), tiny_tokenizer)
+    played = []
+    real = evaluate.play_panel
+
+    def spy(*args, **kwargs):
+        played.append((kwargs["condition"].mode, kwargs.get("do_sample", False), len(args[2])))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "play_panel", spy)
+    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, log=lambda m: None,
+                  samples=2, seed=3)
+    r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle,
+                            conditions=("none", "learned"), **kwargs)
+    assert played == [("none", False, 4), ("learned", False, 4), ("none", True, 8), ("learned", True, 8)]
+    assert r["sampled_learned"]["episodes"] == r["sampled"]["episodes"] == 8
+    assert r["sampled_learned"]["samples"] == 2
+    played.clear()
+    r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle,
+                            conditions=("none",), **kwargs)
+    assert "sampled_learned" not in r and played == [("none", False, 4), ("none", True, 8)]
+    lifecycle.close()

@@ -1,0 +1,55 @@
+"""The study's aims table: paired differences over the seeds both arms finished, the SkillDuet arm read under
+the condition the aim names (as deployed = with its learned Global), checked against hand-computed values."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from skillduet_plugin.reporting.study_aims import aims_section, outcome_matrix, paired, with_sampled
+from skillduet_plugin.reporting.study_report import _pct, _table, _verdict
+
+
+def _cond(outcomes):
+    return {"outcomes": {f"t{i}": v for i, v in enumerate(outcomes)}}
+
+
+def _arm(name, seeds, train, panel=None):
+    """``train``/``panel``: per seed, condition -> per-task outcomes."""
+    to_evals = [{c: _cond(v) for c, v in per_seed.items()} for per_seed in (train if panel is None else panel)]
+    return SimpleNamespace(arm=name, label=name, seeds=list(seeds), evals=to_evals,
+                           train_evals=[{c: _cond(v) for c, v in per_seed.items()} for per_seed in train])
+
+
+def test_with_sampled_keeps_both_sampled_measurements():
+    result = {"conditions": {"none": 1}, "sampled": {"outcomes": {}}, "sampled_learned": {"outcomes": {"a": 1}}}
+    assert set(with_sampled(result)) == {"none", "sampled", "sampled_learned"}
+    assert set(with_sampled({"conditions": {"none": 1}, "sampled": {}})) == {"none"}  # an empty one is absent
+
+
+def test_paired_difference_on_common_seeds_under_the_named_conditions():
+    strength = _arm("strength", [1, 2], [{"sampled": [0, 0, 0], "sampled_learned": [1, 1, 0.5]},
+                                         {"sampled": [0, 0, 0], "sampled_learned": [1, 0.5, 0.5]}])
+    grpo = _arm("grpo", [2, 3], [{"sampled": [0.5, 0.5, 0.5]}, {"sampled": [0, 0, 0]}])
+    arms = {"strength": strength, "grpo": grpo}
+    iv, seeds = paired(arms, "strength", "sampled_learned", "grpo", "sampled", "train")
+    assert seeds == [2]  # seed 1 has no GRPO run, seed 3 no Strength run
+    assert iv.estimate == pytest.approx((1 + 0.5 + 0.5) / 3 - 0.5)
+    none_iv, _ = paired(arms, "strength", "sampled", "grpo", "sampled", "train")
+    assert none_iv.estimate == pytest.approx(-0.5)  # the same run without its Global
+    assert paired(arms, "strength", "learned", "grpo", "none", "train") == (None, [2])  # not measured
+    assert outcome_matrix(strength.train_evals, "sampled_learned") == [[1, 1, 0.5], [1, 0.5, 0.5]]
+
+
+def test_aims_table_says_met_only_above_zero_beyond_the_interval():
+    better = _arm("strength", [0, 1], [{"sampled_learned": [1, 1, 1, 1], "sampled": [0, 0, 0, 0]}] * 2)
+    grpo = _arm("grpo", [0, 1], [{"sampled": [0, 0, 0, 0]}] * 2)
+    lines = aims_section([better, grpo], _pct, _verdict, _table)
+    row = next(line for line in lines if line.startswith("| SkillDuet (Strength) as deployed - GRPO | RL games"))
+    assert "+100.0 [+100.0, +100.0]" in row and row.endswith("| yes |")
+    same = _arm("strength", [0, 1], [{"sampled_learned": [0, 0, 0, 0], "sampled": [0, 0, 0, 0]}] * 2)
+    lines = aims_section([same, grpo], _pct, _verdict, _table)
+    row = next(line for line in lines if line.startswith("| SkillDuet (Strength) as deployed - GRPO | RL games"))
+    assert row.endswith("| no |")  # negative control: no difference is not an aim met
+    assert aims_section([], _pct, _verdict, _table)[-2] == "No pair of arms has finished runs on common seeds."

@@ -35,27 +35,32 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from skillduet_plugin.config import METHOD_PRESETS, ConfigError, SkillDuetConfig
+from skillduet_plugin.core.selectors import SELECTORS
 from skillduet_plugin.runs.config import RunConfig, load_run_config
 from skillduet_plugin.runs.evaluate import evaluate_panel
 from skillduet_plugin.runs.overrides import parse_value
 from skillduet_plugin.runs.rundir import resolve_model, write_json
-
-#: The selectors compared as arms of their own (``skillduet`` with that selector).
-SELECTOR_ARMS = ("strength", "utility", "contrast")
 
 
 def _arm(method: str, label: str, **changes: Any) -> tuple[str, dict[str, Any]]:
     return label, {"method": method, **METHOD_PRESETS[method].settings, **changes}
 
 
-# Built-in arms: name -> (label, skillduet.* overlay), from the method presets (config.METHOD_PRESETS). Each
-# overlay spells out its preset's switches, so a base config that sets one of them explicitly cannot turn an
-# ablation back into the full method.
-ARMS: dict[str, tuple[str, dict[str, Any]]] = {
-    **{name: _arm(name, METHOD_PRESETS[name].label) for name in ("grpo", "local_only", "random")},
-    **{selector: _arm("skillduet", f"SkillDuet ({selector.title()})", selector=selector)
-       for selector in SELECTOR_ARMS},
-}
+def selector_arms() -> list[str]:
+    """The selectors compared as arms of their own (``skillduet`` with that selector): every registered selector
+    that ranks by its own score (``core.selectors``; ``random`` is a preset of its own)."""
+    return [name for name in SELECTORS.names() if not SELECTORS.get(name).shuffle]
+
+
+def arms() -> dict[str, tuple[str, dict[str, Any]]]:
+    """The named arms: name -> (label, skillduet.* overlay), from the method presets (config.METHOD_PRESETS) and
+    the selector registry. Each overlay spells out its preset's switches, so a base config that sets one of them
+    explicitly cannot turn an ablation back into the full method."""
+    return {**{name: _arm(name, METHOD_PRESETS[name].label) for name in ("grpo", "local_only", "random")},
+            **{selector: _arm("skillduet", f"SkillDuet ({selector.title()})", selector=selector)
+               for selector in selector_arms()}}
+
+
 DEFAULT_ARMS = ("grpo", "local_only", "random", "strength")
 # `--quick`: a first look, not a result (the warm start is the demo's, so a cached one is reused). 3 steps = one
 # consolidation (the demo's interval), so the SkillDuet arms have a Global for Table 3. Measured: 16.4 CPU-minutes
@@ -90,8 +95,9 @@ def arm_overlay(name: str) -> tuple[str, dict[str, Any]]:
 
 def _named_arm(name: str) -> tuple[str, dict[str, Any]]:
     """A built-in arm or a keep-ratio ablation (:func:`arm_overlay` without ``+key=value``)."""
+    named = arms()
     base, sep, ratio = name.partition("_keep")
-    if base in ARMS and sep:
+    if base in named and sep:
         try:
             value = float(ratio)
         except ValueError:
@@ -99,12 +105,12 @@ def _named_arm(name: str) -> tuple[str, dict[str, Any]]:
         if not 0 < value <= 1 or base in ("grpo", "local_only"):
             raise ConfigError(f"arm {name!r} is invalid: expected <selector>_keep<ratio> with a ratio in (0, 1], "
                               f"e.g. strength_keep0.25")
-        label, overlay = ARMS[base]
+        label, overlay = named[base]
         return f"{label} keep {value:g}", {**overlay, "keep_ratio": value}
-    if name not in ARMS:
-        raise ConfigError(f"arm {name!r} is invalid: allowed values are {', '.join(ARMS)} or "
+    if name not in named:
+        raise ConfigError(f"arm {name!r} is invalid: allowed values are {', '.join(named)} or "
                           f"<selector>_keep<ratio> (e.g. strength_keep0.25)")
-    return ARMS[name]
+    return named[name]
 
 
 @dataclass

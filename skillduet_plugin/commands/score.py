@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.selectors import score_names
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.sanitize import sanitize_skill, tokenizer_special_tokens
 from skillduet_plugin.skills.trajectory_io import TRAJECTORY_DIRNAME, load_trajectories
@@ -72,11 +73,12 @@ def run(args: argparse.Namespace) -> int:
             return response_logprobs(model, contexts, responses, token_budget=args.token_budget, pad_token_id=pad)
 
     scores = lifecycle.score(skills, trajectories, logprob_fn)
-    print(f"{'strength':>10} {'utility':>10} {'contrast':>10} {'n':>4}  skill")
+    names = score_names()  # one column per registered score
+    print(" ".join(f"{name:>10}" for name in names) + f" {'n':>4}  skill")
     for s in skills:
         sc = scores[s.skill_id]
         fmt = lambda v: "–".rjust(10) if v is None else f"{v:10.5f}"  # noqa: E731
-        print(f"{fmt(sc['strength'])} {fmt(sc['utility'])} {fmt(sc['contrast'])} {int(sc['n_heldout']):4d}  "
+        print(" ".join(fmt(sc.get(name)) for name in names) + f" {int(sc['n_heldout']):4d}  "
               f"{' '.join(s.text.split())[:80]}")
     lifecycle.close()
     return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from skillduet_plugin import study
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.runs.overrides import config_and_overrides
-from skillduet_plugin.study import ARMS, DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS, StudySpec
+from skillduet_plugin.study import DEFAULT_ARMS, QUICK_OVERRIDES, QUICK_SEEDS, StudySpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", default=[],
                         help="dotted key=value overrides of the base config, e.g. env=webshop steps=30")
     parser.add_argument("--methods", default=",".join(DEFAULT_ARMS),
-                        help=f"comma-separated arms: {', '.join(ARMS)}, or <selector>_keep<ratio> "
-                             f"(e.g. strength_keep0.25), each optionally followed by +key=value method settings "
-                             f"(e.g. local_only+opd_coef=0); default %(default)s")
+                        help="comma-separated arms: grpo, local_only, random, a selector's name (SkillDuet with "
+                             "that selector, e.g. strength), or <selector>_keep<ratio> "
+                             "(e.g. strength_keep0.25), each optionally followed by +key=value method settings "
+                             "(e.g. local_only+opd_coef=0); default %(default)s")
     parser.add_argument("--seeds", default=None, help="comma-separated RL seeds (default 0,1,2; --quick: "
                                                       f"{','.join(map(str, QUICK_SEEDS))})")
     parser.add_argument("--quick", action="store_true",

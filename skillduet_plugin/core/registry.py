@@ -4,12 +4,17 @@
 ``REG.get(name)`` returns it or raises :class:`UnknownNameError` listing the registered names, in the same one
 line as every config error (``env='x' is invalid: registered environments are ...``). A registry may be given a
 ``discover`` function that imports the built-in implementations on first use, so that registering stays in the
-module that implements the thing and heavy modules are imported only when asked for.
+module that implements the thing and heavy modules are imported only when asked for, and an entry-point group
+(``skillduet.selectors``, ``skillduet.backends``, ...) through which an installed package adds its own: each entry
+point names a module (imported, so that its decorators run) or a function (called, to register). Both load on
+the first lookup, in every process that looks a name up (verl's Ray workers included).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import inspect
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -26,13 +31,15 @@ class UnknownNameError(ConfigError, KeyError):
 
 
 class Registry(Generic[T]):
-    """One kind of named implementation; ``field`` names the setting that selects one in errors."""
+    """One kind of named implementation; ``field`` names the setting that selects one in errors, ``group`` the
+    entry-point group of installed packages that add to it."""
 
-    def __init__(self, field: str, plural: str, discover: Callable[[], None] | None = None) -> None:
-        self.field, self.plural = field, plural
+    def __init__(self, field: str, plural: str, discover: Callable[[], None] | None = None, *,
+                 group: str | None = None) -> None:
+        self.field, self.plural, self.group = field, plural, group
         self._items: dict[str, T] = {}
         self._discover = discover
-        self._discovered = discover is None
+        self._discovered = discover is None and group is None
         self._discovering = False
         self._lock = threading.RLock()
 
@@ -50,6 +57,10 @@ class Registry(Generic[T]):
             return item
 
         return add if value is None else add(value)
+
+    def peek(self, name: str) -> T | None:
+        """What is registered as ``name`` so far, without loading anything (for registering code)."""
+        return self._items.get(name)
 
     def unregister(self, name: str) -> T | None:
         return self._items.pop(name, None)
@@ -83,10 +94,37 @@ class Registry(Generic[T]):
                 return
             self._discovering = True
             try:
-                assert self._discover is not None
-                self._discover()
+                if self._discover is not None:
+                    self._discover()
+                if self.group is not None:
+                    load_entry_points(self.group)
             finally:
                 self._discovering, self._discovered = False, True
+
+
+def load_entry_points(group: str) -> list[str]:
+    """Load the entry points of ``group`` of every installed package: each names a module (imported: its
+    decorators register), a function without arguments (called, to register) or a registered object (a backend
+    class, a score function: importing its module registered it). Returns their names; one that fails is a
+    one-line :class:`ConfigError` naming the entry point."""
+    names = []
+    for entry in importlib.metadata.entry_points(group=group):
+        try:
+            loaded = entry.load()
+            if inspect.isfunction(loaded) and _no_arguments(loaded):
+                loaded()
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0]
+            raise ConfigError(f"entry point {entry.name} = {entry.value!r} of group {group} failed to load "
+                              f"({type(exc).__name__}: {first}): fix or uninstall the package that declares "
+                              f"it") from exc
+        names.append(entry.name)
+    return names
+
+
+def _no_arguments(fn: Callable[..., Any]) -> bool:
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in inspect.signature(fn).parameters.values())
 
 
 def resolve_target(target: str, field: str = "target") -> Any:
@@ -103,4 +141,4 @@ def resolve_target(target: str, field: str = "target") -> Any:
     return obj
 
 
-__all__ = ["Registry", "UnknownNameError", "resolve_target"]
+__all__ = ["Registry", "UnknownNameError", "load_entry_points", "resolve_target"]

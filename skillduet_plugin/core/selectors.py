@@ -8,7 +8,8 @@ stores, and the ranking at consolidation. The built-ins are the paper's: ``stren
 ``contrast`` and ``random`` (a seeded shuffle; it computes no score of its own and orders near-duplicates by
 Strength).
 
-Adding one (in any module imported before the config is built)::
+Adding one (in a module an installed package names in the ``skillduet.selectors`` entry-point group, loaded on
+the first lookup in every process, or in any module imported before the config is built)::
 
     @register_selector("mine")
     def mine(shifts, advantages, successes):
@@ -39,14 +40,17 @@ class Selector:
     shuffle: bool = False
 
 
-SELECTORS: Registry[Selector] = Registry("selector", "selectors")
+#: The entry-point group through which an installed package adds selectors.
+ENTRY_POINT_GROUP = "skillduet.selectors"
+SELECTORS: Registry[Selector] = Registry("selector", "selectors", group=ENTRY_POINT_GROUP)
 
 
 def register_selector(name: str, *, replace: bool = False) -> Callable[[ScoreFn], ScoreFn]:
     """``@register_selector(name)`` on ``fn(shifts, advantages, successes) -> float | None``: a selector ranking by
     its own score ``name``, computed for every candidate and stored in the bank under that name."""
     def add(fn: ScoreFn) -> ScoreFn:
-        if name in SELECTORS and SELECTORS.get(name).compute is fn:
+        known = SELECTORS.peek(name)  # no lookup: registering never loads the installed packages
+        if known is not None and known.compute is fn:
             return fn  # the same function again (its module imported twice)
         SELECTORS.register(name, Selector(name, score=name, compute=fn), replace=replace)
         return fn
@@ -97,5 +101,5 @@ def _contrast(shifts: Sequence[float], advantages: Sequence[float], successes: S
 SELECTORS.register("random", Selector("random", score="strength", shuffle=True))
 
 
-__all__ = ["SELECTORS", "ScoreFn", "Selector", "compute_scores", "get_selector", "register_selector",
-           "score_names"]
+__all__ = ["ENTRY_POINT_GROUP", "SELECTORS", "ScoreFn", "Selector", "compute_scores", "get_selector",
+           "register_selector", "score_names"]

@@ -12,7 +12,6 @@ first lookup, and an installed package adds its own through the ``skillduet.envs
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import pkgutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -159,18 +158,14 @@ ENTRY_POINT_GROUP = "skillduet.envs"
 
 
 def _discover() -> None:
-    """Import every built-in environment package (each registers itself), then load the ``skillduet.envs``
-    entry points of installed packages."""
+    """Import every built-in environment package (each registers itself); the registry then loads the
+    ``skillduet.envs`` entry points of installed packages."""
     for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if info.ispkg:
             importlib.import_module(f"skillduet_plugin.envs.{info.name}")
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        loaded = entry.load()
-        if callable(loaded):
-            loaded()
 
 
-ENVS: Registry[EnvSpec] = Registry("env", "environments", discover=_discover)
+ENVS: Registry[EnvSpec] = Registry("env", "environments", discover=_discover, group=ENTRY_POINT_GROUP)
 
 
 def register_env(name: str, target: str | Callable[..., Any] | None = None, *, replace_existing: bool = True,
@@ -202,8 +197,16 @@ def env_spec(name: str) -> EnvSpec:
 
 
 def env_names() -> list[str]:
+    """The registered environments' names (the first call loads the built-in and installed ones)."""
     return ENVS.names()
 
 
+def load_environments() -> None:
+    """Load every environment, built-in and installed, so that what their modules register against their names
+    in other layers' tables (offline rules, run presets, a tiny corpus, the reading design) is there: each such
+    table calls this before its first lookup."""
+    ENVS.names()
+
+
 __all__ = ["ENTRY_POINT_GROUP", "ENVS", "EnvActions", "EnvData", "EnvPrompts", "EnvReport", "EnvSpec", "env_names",
-           "env_spec", "register_env"]
+           "env_spec", "load_environments", "register_env"]

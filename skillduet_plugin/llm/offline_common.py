@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.core.registry import Registry
+from skillduet_plugin.envs.registry import load_environments
 from skillduet_plugin.llm.base import PermanentError
 
 NOTHING_HAPPENS = "Nothing happens."
@@ -171,6 +172,7 @@ BUILTIN_RULE_MODULES = ("offline_alfworld", "offline_webshop")
 def _discover_rules() -> None:
     for module in BUILTIN_RULE_MODULES:
         importlib.import_module(f"skillduet_plugin.llm.{module}")
+    load_environments()  # an installed environment's module registers its rules when loaded
 
 
 #: Environment name -> its offline analyzer rules. The rules belong to this layer, so they are registered here

@@ -2,7 +2,9 @@
 subclass makes it a valid ``analyzer.kind`` / ``synthesizer.kind``.
 
 The built-in backends (``offline``, ``openai``, ``transformers``) register themselves in their own modules, which
-are imported on the first lookup; a third-party backend registers itself before the config is built.
+are imported on the first lookup; an installed package adds its own through the ``skillduet.backends`` entry-point
+group (a module whose ``@register_backend`` runs on import), or any module registers one before the config is
+built.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ def _discover() -> None:
         importlib.import_module(f"skillduet_plugin.llm.{module}")
 
 
-BACKENDS: Registry[Any] = Registry("kind", "backends", discover=_discover)
+#: The entry-point group through which an installed package adds LLM backends.
+ENTRY_POINT_GROUP = "skillduet.backends"
+BACKENDS: Registry[Any] = Registry("kind", "backends", discover=_discover, group=ENTRY_POINT_GROUP)
 
 
 def register_backend(name: str, *, replace: bool = False) -> Any:
@@ -28,4 +32,4 @@ def register_backend(name: str, *, replace: bool = False) -> Any:
     return BACKENDS.register(name, replace=replace)
 
 
-__all__ = ["BACKENDS", "register_backend"]
+__all__ = ["BACKENDS", "ENTRY_POINT_GROUP", "register_backend"]

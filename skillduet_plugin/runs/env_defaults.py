@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from skillduet_plugin.envs.registry import load_environments
+
 # ``env=webshop``: pages are long (a results page is ~1,000 tokens): fewer turns, a longer context, one shopper
 # episode per goal over many goals. Its episodes are long, so cloning needs its steps: measured on 32 goals, 60
 # steps left the cross-entropy at 1.65 and the clone won no sampled episode, 200 steps reached 0.14; 1,000 steps on
@@ -44,6 +46,7 @@ def register_run_defaults(env: str, defaults: Mapping[str, Any] | None = None, *
 
 def run_defaults(env: str) -> dict[str, Any]:
     """The registered ``skillduet train`` defaults of ``env`` ({} when it has none)."""
+    load_environments()  # an installed environment's module registers its presets when loaded
     return dict(RUN_DEFAULTS.get(env, {}))
 
 

@@ -29,8 +29,9 @@ PAIRWISE_POLICIES = ("same_scope", "same_scope_other_tasks", "any")
 
 @dataclass
 class SkillScore:
-    """Scores of one candidate, one per registered selector score (``core.selectors.score_names``); ``note``
-    says why a score is None (machine-readable, ``;``-separated)."""
+    """Scores of one candidate, one per registered selector score (``core.selectors.score_names``), each also
+    read as an attribute (``score.strength``, ``score.mine``); ``note`` says why a score is None
+    (machine-readable, ``;``-separated)."""
 
     skill_id: str
     values: dict[str, float | None]
@@ -38,17 +39,12 @@ class SkillScore:
     shifts: dict[str, float]
     note: str = ""
 
-    @property
-    def strength(self) -> float | None:
-        return self.values.get("strength")
-
-    @property
-    def utility(self) -> float | None:
-        return self.values.get("utility")
-
-    @property
-    def contrast(self) -> float | None:
-        return self.values.get("contrast")
+    def __getattr__(self, name: str) -> float | None:
+        # only called for names that are not fields: a registered score, or the usual AttributeError
+        values = self.__dict__.get("values") or {}
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__} has no score {name!r}: scores are {', '.join(values)}")
 
     def as_record(self) -> dict[str, float | int | str | None]:
         return {**self.values, "n_heldout": self.n_heldout, "note": self.note or None}

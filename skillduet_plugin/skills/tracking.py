@@ -15,14 +15,30 @@ import logging
 import math
 from typing import Any, Mapping, Protocol, Sequence
 
+from skillduet_plugin.core.selectors import score_names
 from skillduet_plugin.skills.types import Skill, Trajectory
 
 logger = logging.getLogger(__name__)
 
 #: tag prefix of everything the bridge logs (TensorBoard's text tab and W&B group by it)
 TAG_PREFIX = "skillduet_skills"  # apart from the scalars (skillduet/*): W&B keeps one value per key and step
-LOCAL_COLUMNS = ["rank", "end", "strength", "utility", "contrast", "n_heldout", "scope", "kind", "source_trajectory",
-                 "source_reward", "skill_id", "text"]
+
+
+#: the score the Local skills' table ranks by (the paper's default selector)
+RANK_SCORE = "strength"
+
+
+def _table_scores() -> list[str]:
+    return [RANK_SCORE, *(name for name in score_names() if name != RANK_SCORE)]
+
+
+def local_columns() -> list[str]:
+    """The columns of the ranked Local skills: one per registered score (``core.selectors.score_names``), the
+    ranking one first."""
+    return ["rank", "end", *_table_scores(), "n_heldout", "scope", "kind", "source_trajectory", "source_reward",
+            "skill_id", "text"]
+
+
 CANDIDATE_COLUMNS = ["status", "reason", "strength", "scope", "source_trajectories", "skill_id", "text"]
 REJECTED_COLUMNS = ["reason", "replies", "requests"]
 
@@ -71,25 +87,26 @@ def _num(value: float | None) -> str:
 def local_skill_rows(skills: Sequence[Skill], scores: Mapping[str, Any], trajectories: Sequence[Trajectory], *,
                      k: int = 5, max_chars: int = 240) -> list[list[Any]]:
     """The ``k`` best and ``k`` worst Local skills by Strength (unscored ones rank last), one row each
-    (:data:`LOCAL_COLUMNS`); a skill is listed once even when fewer than ``2k`` were scored."""
+    (:func:`local_columns`); a skill is listed once even when fewer than ``2k`` were scored."""
     by_traj = {t.traj_id: t for t in trajectories}
 
     def strength(s: Skill) -> float:
-        value = _value(scores.get(s.skill_id, s.scores), "strength")
+        value = _value(scores.get(s.skill_id, s.scores), RANK_SCORE)
         return -math.inf if value is None else value
 
     ranked = sorted(skills, key=lambda s: (-strength(s), s.skill_id))
     top = list(enumerate(ranked))[:k]
     bottom = [(i, s) for i, s in list(enumerate(ranked))[max(k, len(ranked) - k):]]
+    names = _table_scores()
     rows = []
     for end, picked in (("top", top), ("bottom", bottom)):
         for i, s in picked:
             sc = scores.get(s.skill_id, s.scores)
             source = s.source_traj_ids[0] if s.source_traj_ids else ""
             traj = by_traj.get(source)
-            rows.append([i + 1, end, _num(_value(sc, "strength")), _num(_value(sc, "utility")),
-                         _num(_value(sc, "contrast")), _num(_value(sc, "n_heldout")), s.scope, s.kind, source,
-                         "" if traj is None else f"{traj.reward:.3g}", s.skill_id, _cap(s.text, max_chars)])
+            rows.append([i + 1, end, *(_num(_value(sc, name)) for name in names), _num(_value(sc, "n_heldout")),
+                         s.scope, s.kind, source, "" if traj is None else f"{traj.reward:.3g}", s.skill_id,
+                         _cap(s.text, max_chars)])
     return rows
 
 
@@ -186,7 +203,7 @@ class TrackerBridge(SkillTracker):
         if not skills:
             return
         rows = local_skill_rows(skills, scores, trajectories, k=self.k, max_chars=self.max_chars)
-        self._emit("table", f"{TAG_PREFIX}/local_ranked", step, LOCAL_COLUMNS, rows)
+        self._emit("table", f"{TAG_PREFIX}/local_ranked", step, local_columns(), rows)
 
     def on_extraction(self, step: int, rejected: Sequence[tuple[str, str]], accepted: int) -> None:
         if rejected:
@@ -202,6 +219,6 @@ class TrackerBridge(SkillTracker):
             self._emit("table", f"{TAG_PREFIX}/consolidation/{scope}", step, CANDIDATE_COLUMNS, rows)
 
 
-__all__ = ["CANDIDATE_COLUMNS", "LOCAL_COLUMNS", "REJECTED_COLUMNS", "SkillTracker", "TAG_PREFIX", "TrackerBridge",
-           "TrackerWriter", "candidate_rows", "global_diff", "global_markdown", "local_skill_rows", "markdown_table",
+__all__ = ["CANDIDATE_COLUMNS", "REJECTED_COLUMNS", "SkillTracker", "TAG_PREFIX", "TrackerBridge", "TrackerWriter",
+           "candidate_rows", "global_diff", "global_markdown", "local_columns", "local_skill_rows", "markdown_table",
            "rejected_rows"]

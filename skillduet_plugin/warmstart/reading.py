@@ -35,7 +35,7 @@ from skillduet_plugin.core.registry import Registry
 from skillduet_plugin.envs import make
 from skillduet_plugin.envs.alfworld import expert as alfworld_expert
 from skillduet_plugin.envs.alfworld.generator import ensure_default_data
-from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.envs.registry import env_spec, load_environments
 from skillduet_plugin.warmstart.episodes import ExpertRecord, SkillPlan, analyzer_skill, play_expert, synthesized_global
 
 #: Turn limit of the donor episodes the Local skills are written from (ALFWorld's own episode limit): a skill
@@ -61,7 +61,10 @@ class ReadingParts:
     generate: Callable[[str, int], Path] | None = None
 
 
-READING_ENVS: Registry[ReadingParts] = Registry("env", "environments with the reading design")
+#: Environment name -> its reading parts; the first lookup loads the installed environments, which may register
+#: theirs.
+READING_ENVS: Registry[ReadingParts] = Registry("env", "environments with the reading design",
+                                                discover=load_environments)
 
 
 def register_reading_env(env: str, parts: ReadingParts, *, replace: bool = False) -> ReadingParts:

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 from skillduet_plugin.core.artefacts import MARKER, building, code_digest, read_marker
 from skillduet_plugin.core.settings import check
-from skillduet_plugin.envs.registry import env_spec
+from skillduet_plugin.envs.registry import env_spec, load_environments
 from skillduet_plugin.envs.webshop import vocabulary as webshop_vocabulary
 from skillduet_plugin.rollout.choice import action_response
 
@@ -213,7 +213,10 @@ register_tiny_corpus("webshop", webshop_vocabulary.corpus_lines, webshop_vocabul
 def corpus_spec(corpus: str | None) -> TinyCorpus | None:
     """The tiny-model corpus registered for the environment ``corpus``, else None: the default build
     (``corpus=None``, or an environment that registers none)."""
-    return TINY_CORPORA.get(corpus) if corpus is not None else None
+    if corpus is None:
+        return None
+    load_environments()  # an installed environment's module registers its corpus when loaded
+    return TINY_CORPORA.get(corpus)
 
 
 def tiny_key(size: str = "tiny", vocab_size: int = 1024, seed: int = 0, corpus: str | None = None) -> dict:

@@ -90,12 +90,12 @@ def test_presets_once(monkeypatch):
     from skillduet_plugin import study
     from skillduet_plugin.runs.config import RunConfig
 
-    for name, (label, overlay) in study.ARMS.items():
+    for name, (label, overlay) in study.arms().items():
         method = overlay["method"]
         assert method in method_config.METHOD_PRESETS
         assert {k: v for k, v in overlay.items() if k != "method"}.items() >= \
             method_config.METHOD_PRESETS[method].settings.items() - {("selector", "strength")}
-    assert study.ARMS["grpo"][0] == method_config.METHOD_PRESETS["grpo"].label
+    assert study.arms()["grpo"][0] == method_config.METHOD_PRESETS["grpo"].label
     # A preset added to the one table is a valid skillduet.method at once (negative control: unknown before).
     with pytest.raises(ConfigError, match="skillduet.method='mine'"):
         RunConfig(skillduet={"method": "mine"})

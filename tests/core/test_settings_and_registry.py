@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -126,3 +127,34 @@ def test_backend_registry_lists_its_kinds():
     with pytest.raises(ConfigError, match="analyzer.kind='vllm' is invalid: allowed values are offline, openai, "
                                           "transformers"):
         make_backend(BackendConfig(kind="vllm"))
+
+
+def test_a_registry_loads_its_entry_point_group_on_the_first_lookup(monkeypatch):
+    """An installed package's entry point: a module is imported, a function without arguments called, a registered
+    object (a score function, a class) only imported; a broken one is a one-line error naming it."""
+    import importlib.metadata
+    import types
+
+    reg = Registry("thing", "things", group="skillduet.things")
+    module = types.ModuleType("outside_things")
+
+    def register() -> None:
+        reg.register("called", 1)
+
+    def scored(shifts, advantages, successes):  # must not be called by the loader
+        raise AssertionError("called")
+
+    module.register, module.scored = register, scored
+    monkeypatch.setitem(sys.modules, "outside_things", module)
+    entries = [importlib.metadata.EntryPoint(name=n, value=v, group="skillduet.things")
+               for n, v in (("a", "outside_things:register"), ("b", "outside_things:scored"), ("c", "outside_things"))]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: entries if group == reg.group else [])
+    reg.register("builtin", 0)
+    assert reg.peek("called") is None  # registering and peeking load nothing
+    assert reg.names() == ["builtin", "called"]
+
+    broken = Registry("thing", "things", group="skillduet.things")
+    entries.append(importlib.metadata.EntryPoint(name="d", value="no_such_module_x:f", group="skillduet.things"))
+    with pytest.raises(ConfigError, match=r"^entry point d = 'no_such_module_x:f' of group skillduet.things failed "
+                                          r"to load \(ModuleNotFoundError: .*\): fix or uninstall"):
+        broken.names()

@@ -9,8 +9,8 @@ from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.skills.bank import BANK_FILENAME
 from skillduet_plugin.skills.consolidate import ConsolidationReport
 from skillduet_plugin.skills.lifecycle import SkillLifecycle
-from skillduet_plugin.skills.tracking import (LOCAL_COLUMNS, SkillTracker, TrackerBridge, candidate_rows, global_diff,
-                                              global_markdown, local_skill_rows)
+from skillduet_plugin.skills.tracking import (SkillTracker, TrackerBridge, candidate_rows, global_diff,
+                                              global_markdown, local_columns, local_skill_rows)
 from skillduet_plugin.skills.tracking_writers import ConsoleWriter
 from skillduet_plugin.skills.types import Skill, Trajectory
 
@@ -39,7 +39,9 @@ def test_local_rows_are_the_top_and_bottom_by_strength_each_once():
     rows = local_skill_rows(skills, {s.skill_id: s.scores for s in skills}, trajs, k=3)
     assert [(r[0], r[1], r[2]) for r in rows] == [(1, "top", "11"), (2, "top", "10"), (3, "top", "9"),
                                                   (10, "bottom", "2"), (11, "bottom", "1"), (12, "bottom", "0")]
-    assert rows[0][LOCAL_COLUMNS.index("source_trajectory")] == "t11" and rows[0][9] == "0.5"
+    columns = local_columns()
+    assert columns[2:5] == ["strength", "contrast", "utility"]  # every registered score, the ranking one first
+    assert rows[0][columns.index("source_trajectory")] == "t11" and rows[0][columns.index("source_reward")] == "0.5"
     few = local_skill_rows(skills[:4], {}, [], k=3)  # fewer than 2k: every skill once, none twice
     assert [r[0] for r in few] == [1, 2, 3, 4] and [r[1] for r in few] == ["top"] * 3 + ["bottom"]
     long = Skill(text="word " * 200, scope="s", kind="shared")

@@ -71,3 +71,23 @@ def test_a_selector_registered_in_a_test_runs_through_every_layer(registered, tm
     assert "subtlest" in out.split("Local candidates")[1]
     first = next(iter(v for v in scores.values() if v["subtlest"] is not None))
     assert f"{first['subtlest']:.4g}" in out
+
+
+def test_every_list_of_selector_names_takes_a_registered_selector(registered):
+    """The tracker's columns, ``skillduet score``'s columns, the study's arms and a score's attributes all come from
+    the registry (negative control: the same lookups after unregistering refuse or omit it)."""
+    from skillduet_plugin import study
+    from skillduet_plugin.skills.scoring import summarize
+    from skillduet_plugin.skills.tracking import local_columns
+
+    assert "subtlest" in local_columns()
+    label, overlay = study.arm_overlay("subtlest")
+    assert (label, overlay["method"], overlay["selector"]) == ("SkillDuet (Subtlest)", "skillduet", "subtlest")
+    assert study.arm_overlay("subtlest_keep0.25")[1]["keep_ratio"] == 0.25
+    assert summarize("s1", [], []).subtlest is None  # no held-out rows: undefined
+    SELECTORS.unregister("subtlest")
+    assert "subtlest" not in local_columns()
+    with pytest.raises(ConfigError, match="arm 'subtlest' is invalid"):
+        study.arm_overlay("subtlest")
+    with pytest.raises(AttributeError, match="no score 'subtlest'"):
+        summarize("s1", [], []).subtlest

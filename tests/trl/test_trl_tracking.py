@@ -9,7 +9,7 @@ import pytest
 
 from skillduet_plugin.integrations.trl import callback as callback_module
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
-from skillduet_plugin.skills.tracking import CANDIDATE_COLUMNS, LOCAL_COLUMNS, SkillTracker
+from skillduet_plugin.skills.tracking import CANDIDATE_COLUMNS, SkillTracker, local_columns
 from skillduet_testing.tracker_files import (tensorboard_scalars, tensorboard_texts, wandb_flushed,
                                              wandb_history, wandb_media, wandb_offline_runs)
 
@@ -42,7 +42,7 @@ def test_tensorboard_and_wandb_show_the_global_and_the_ranked_skills(make_traine
 
     texts = tensorboard_texts(tmp_path / "tb")
     assert set(texts["skillduet_skills/local_ranked"]) == candidate_steps  # one table per step with Local skills
-    assert texts["skillduet_skills/local_ranked"][min(candidate_steps)].startswith("| " + " | ".join(LOCAL_COLUMNS))
+    assert texts["skillduet_skills/local_ranked"][min(candidate_steps)].startswith("| " + " | ".join(local_columns()))
     for v in versions:  # every Global version at its consolidation step: its items, then the diff
         panel = texts[f"skillduet_skills/global/{v.scope}"][v.step]
         assert f"v{v.version}" in panel and "Diff (none) -> v1" in panel
@@ -57,7 +57,7 @@ def test_tensorboard_and_wandb_show_the_global_and_the_ranked_skills(make_traine
     local = [r for r in rows if r.get("skillduet_skills/local_ranked/_type") == "table-file"]
     assert {r["train/global_step"] for r in local} == candidate_steps
     table = wandb_media(run_dir, {"path": local[0]["skillduet_skills/local_ranked/path"]})
-    assert table["columns"] == LOCAL_COLUMNS and table["data"]
+    assert table["columns"] == local_columns() and table["data"]
     v = versions[0]
     (glob_row,) = [r for r in rows if r.get(f"skillduet_skills/global/{v.scope}/_type") == "html-file"
                    and r["train/global_step"] == v.step]

@@ -158,7 +158,7 @@ class SkillDuetConfig:
         return SkillDuetConfig.from_dict(data)
 
 
-def check_estimator(cfg: SkillDuetConfig, action_selection: str, teacher_at: str = "generation") -> None:
+def check_estimator(cfg: SkillDuetConfig, action_selection: str, teacher_at: str) -> None:
     """The OPD estimator against how the run acts and when it computes teacher log-probs (one ConfigError line)."""
     if not cfg.needs_teacher_pass or cfg.opd_estimator == "sampled":
         return

@@ -26,7 +26,7 @@ from skillduet_plugin.core.settings import check
 
 
 def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,
-                  beta: float = 5.0) -> tuple[torch.Tensor, torch.Tensor]:
+                  beta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token OPD terms and gates, in float32.
 
     Args:
@@ -46,7 +46,7 @@ def opd_per_token(student_logps: torch.Tensor, teacher_logps: torch.Tensor,
     return gate * (t - s), gate
 
 
-def opd_expected(student_logps: torch.Tensor, teacher_logps: torch.Tensor, beta: float = 5.0,
+def opd_expected(student_logps: torch.Tensor, teacher_logps: torch.Tensor, beta: float,
                  valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 1's per-position term in expectation over the student's choice among ``K`` alternatives, in float32.
 
@@ -80,7 +80,7 @@ def opd_expected(student_logps: torch.Tensor, teacher_logps: torch.Tensor, beta:
     return (weight * (t - s)).sum(dim=-1), gate
 
 
-def expected_stats(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: torch.Tensor, beta: float = 5.0,
+def expected_stats(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: torch.Tensor, beta: float,
                    valid: torch.Tensor | None = None) -> dict[str, float]:
     """The gate statistics of :func:`opd_expected` (each an expectation under the student, averaged over the
     positions in ``mask``) and how the two models rank the alternatives: ``opd/deciding_share`` (positions where the
@@ -142,7 +142,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mea
 
 
 def opd_loss(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: torch.Tensor,
-             beta: float = 5.0, agg: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
+             beta: float, agg: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:
     """The OPD loss of Eq. 1 and its gate statistics.
 
     Args:

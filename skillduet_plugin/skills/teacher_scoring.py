@@ -99,8 +99,8 @@ def _clusters(skills: Sequence[Skill], similarity: SimilarityFn | None, threshol
 
 
 def plan_scoring(skills: Sequence[Skill], trajectories: Sequence[Trajectory], assignment: Mapping[str, str], *,
-                 context_fn: ContextFn, budget_tokens: int, max_heldout: int, similarity: SimilarityFn | None = None,
-                 dedupe_threshold: float = 0.9) -> ScoringPlan:
+                 context_fn: ContextFn, budget_tokens: int, max_heldout: int, dedupe_threshold: float,
+                 similarity: SimilarityFn | None = None) -> ScoringPlan:
     """The rows of every candidate: free rows from ``assignment`` (traj_id -> teacher skill_id), then aliases
     and budgeted extra rows for candidates without any (see the module docstring)."""
     plan = ScoringPlan(budget_tokens=max(0, int(budget_tokens)))
@@ -225,7 +225,7 @@ def score_from_plan(skills: Sequence[Skill], trajectories: Sequence[Trajectory],
 def score_teacher_pass(skills: Sequence[Skill], trajectories: Sequence[Trajectory], assignment: Mapping[str, str],
                        teacher_logps: Mapping[str, torch.Tensor | Sequence[float]], logprob_fn: LogprobFn,
                        context_fn: ContextFn, *, budget_tokens: int, max_heldout: int,
-                       similarity: SimilarityFn | None = None, dedupe_threshold: float = 0.9,
+                       dedupe_threshold: float, similarity: SimilarityFn | None = None,
                        ) -> tuple[dict[str, SkillScore], ScoringPlan]:
     """Plan, run the paid forwards and the teacher rows the caller did not supply (e.g. ``opd_coef=0``: no
     teacher pass exists) in ONE ``logprob_fn`` call, and score. Trajectories need ``base_logps``."""

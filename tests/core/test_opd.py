@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
+from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.opd import aggregate, opd_loss, opd_per_token
+
+#: the method's gate beta (the paper's)
+BETA = SkillDuetConfig().gate_beta
 
 
 def reference_opd(s: list[list[float]], t: list[list[float]], m: list[list[int]], beta: float) -> float:
@@ -54,7 +58,7 @@ def test_gradient_wrt_student_is_minus_gate_times_mask_over_count():
 def test_gate_is_detached_autograd_differs_from_undetached_version():
     s, t, m = _batch(seed=2)
     s1 = s.clone().requires_grad_(True)
-    opd_loss(s1, t, m)[0].backward()
+    opd_loss(s1, t, m, beta=BETA)[0].backward()
     s2 = s.clone().requires_grad_(True)
     g = torch.sigmoid(5.0 * (t - s2))  # gate NOT detached: a different objective
     ((g * (t - s2) * m).sum() / m.sum()).backward()
@@ -63,14 +67,14 @@ def test_gate_is_detached_autograd_differs_from_undetached_version():
 
 def test_masked_tokens_have_no_effect():
     s, t, m = _batch(seed=3)
-    loss_a, _ = opd_loss(s, t, m)
+    loss_a, _ = opd_loss(s, t, m, beta=BETA)
     s2, t2 = s.clone(), t.clone()
     s2[m == 0] = -123.0
     t2[m == 0] = 45.0
-    loss_b, _ = opd_loss(s2, t2, m)
+    loss_b, _ = opd_loss(s2, t2, m, beta=BETA)
     assert loss_a.item() == pytest.approx(loss_b.item(), rel=1e-9, abs=1e-12)
     s3 = s2.clone().requires_grad_(True)
-    opd_loss(s3, t2, m)[0].backward()
+    opd_loss(s3, t2, m, beta=BETA)[0].backward()
     assert torch.all(s3.grad[m == 0] == 0)
 
 
@@ -79,7 +83,7 @@ def test_empty_mask_gives_zero_not_nan_and_backward_works():
     t = torch.ones(2, 4)
     m = torch.zeros(2, 4)
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
-        loss, metrics = opd_loss(s, t, m, agg=agg)
+        loss, metrics = opd_loss(s, t, m, agg=agg, beta=BETA)
         assert loss.item() == 0.0
         assert not any(math.isnan(v) for v in metrics.values())
         loss.backward()
@@ -89,8 +93,8 @@ def test_empty_mask_gives_zero_not_nan_and_backward_works():
 def test_bf16_input_gives_float32_result():
     s, t, m = _batch(seed=4)
     s16, t16 = s.to(torch.bfloat16), t.to(torch.bfloat16)
-    loss16, _ = opd_loss(s16, t16, m)
-    loss32, _ = opd_loss(s16.float(), t16.float(), m.float())
+    loss16, _ = opd_loss(s16, t16, m, beta=BETA)
+    loss32, _ = opd_loss(s16.float(), t16.float(), m.float(), beta=BETA)
     assert loss16.dtype == torch.float32
     assert loss16.item() == pytest.approx(loss32.item(), rel=1e-6)
 
@@ -126,4 +130,4 @@ def test_beta_zero_is_constant_half_gate():
 
 def test_shape_mismatch_raises_with_shapes():
     with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 4\)"):
-        opd_loss(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3))
+        opd_loss(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3), beta=BETA)

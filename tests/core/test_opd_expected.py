@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
+from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.opd import expected_stats, opd_expected, opd_loss
+
+#: the method's gate beta (the paper's)
+BETA = SkillDuetConfig().gate_beta
 
 
 def _logits(seed: int, shape=(4, 6)) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,7 +74,7 @@ def test_detached_weights_matter_negative_control():
     zs, zt = _logits(3)
     s = zs.log_softmax(-1).clone().requires_grad_(True)
     t = zt.log_softmax(-1)
-    opd_expected(s, t)[0].sum().backward()
+    opd_expected(s, t, beta=BETA)[0].sum().backward()
     s2 = zs.log_softmax(-1).clone().requires_grad_(True)
     g = torch.sigmoid(5.0 * (t - s2))
     (s2.exp() * g * (t - s2)).sum().backward()
@@ -81,10 +85,10 @@ def test_student_equal_to_teacher_is_a_stationary_point():
     """At p_s = p_t every gate is 0.5, and sum_k 0.5 grad p_s(k) = 0: nothing moves (Eq. 1's fixed point)."""
     zs, _ = _logits(4)
     z = zs.clone().requires_grad_(True)
-    opd_expected(z.log_softmax(-1), zs.log_softmax(-1))[0].sum().backward()
+    opd_expected(z.log_softmax(-1), zs.log_softmax(-1), beta=BETA)[0].sum().backward()
     assert z.grad.abs().max().item() < 1e-6  # float32 arithmetic
     moved = zs.clone().requires_grad_(True)
-    opd_expected(moved.log_softmax(-1), zs.roll(1, dims=-1).log_softmax(-1))[0].sum().backward()
+    opd_expected(moved.log_softmax(-1), zs.roll(1, dims=-1).log_softmax(-1), beta=BETA)[0].sum().backward()
     assert moved.grad.abs().max().item() > 1e-2  # another teacher: a real gradient
 
 
@@ -92,7 +96,7 @@ def test_moves_probability_towards_the_teachers_choice():
     """One gradient step on the student's logits raises the probability of the teacher's preferred alternative."""
     z = torch.zeros(1, 4, requires_grad=True)
     teacher = torch.tensor([[0.05, 0.85, 0.05, 0.05]]).log()
-    opd_expected(z.log_softmax(-1), teacher)[0].sum().backward()
+    opd_expected(z.log_softmax(-1), teacher, beta=BETA)[0].sum().backward()
     after = (z.detach() - 1.0 * z.grad).softmax(-1)
     assert after[0, 1] > 0.25 and after[0, 1] == after.max()
 
@@ -103,7 +107,7 @@ def test_padding_with_minus_inf_is_ignored():
     valid = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
     s_pad = torch.where(valid.bool(), s, torch.full_like(s, float("-inf"))).requires_grad_(True)
     t_pad = torch.where(valid.bool(), t, torch.full_like(t, float("-inf")))
-    per_position, gate = opd_expected(s_pad, t_pad, valid=valid)
+    per_position, gate = opd_expected(s_pad, t_pad, valid=valid, beta=BETA)
     per_position.sum().backward()
     expected = [reference(s[0, :3].tolist(), t[0, :3].tolist(), 5.0),
                 reference(s[1, :2].tolist(), t[1, :2].tolist(), 5.0)]
@@ -114,9 +118,9 @@ def test_padding_with_minus_inf_is_ignored():
 
 def test_shape_errors():
     with pytest.raises(ValueError, match="same"):
-        opd_expected(torch.zeros(2, 3), torch.zeros(2, 4))
+        opd_expected(torch.zeros(2, 3), torch.zeros(2, 4), beta=BETA)
     with pytest.raises(ValueError, match="valid"):
-        opd_expected(torch.zeros(2, 3), torch.zeros(2, 3), valid=torch.ones(2, 2))
+        opd_expected(torch.zeros(2, 3), torch.zeros(2, 3), valid=torch.ones(2, 2), beta=BETA)
 
 
 def test_stats_by_hand():

@@ -6,12 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.selectors import SELECTORS, get_selector, register_selector, score_names
 from skillduet_plugin.skills.teacher_scoring import (paid_logprobs, plan_scoring, score_from_plan,
                                                      score_teacher_pass)
 from skillduet_plugin.skills.types import Skill
 
 from skills_fakes import make_traj
+
+DEDUPE = SkillDuetConfig().dedupe_threshold
 
 # make_traj(completion_len=6): mask [0,1,1,0,1,1] (4 valid tokens), base log-probs -1.0, -1.1, ..., -1.5
 
@@ -46,7 +49,7 @@ def _paired_group():
 def test_free_rows_give_hand_computed_scores_without_a_forward():
     trajs, shared, assignment, teacher = _paired_group()
     scores, plan = score_teacher_pass([shared], trajs, assignment, teacher, _no_forward, _ctx, budget_tokens=1000,
-                                      max_heldout=8)
+                                      max_heldout=8, dedupe_threshold=DEDUPE)
     sc = scores[shared.skill_id]
     # Delta_h1 = 0.8 / 2 = 0.4, Delta_h2 = -0.4 / 2 = -0.2
     assert sc.n_heldout == 2 and sc.shifts == pytest.approx({"h1": 0.4, "h2": -0.2})
@@ -67,7 +70,8 @@ def test_missing_teacher_rows_are_computed_in_one_call_and_agree():
         calls.append(len(contexts))
         return [teacher[tid] for tid in ("h1", "h2")][:len(contexts)]
 
-    scores, _ = score_teacher_pass([shared], trajs, assignment, {}, logprob_fn, _ctx, budget_tokens=0, max_heldout=8)
+    scores, _ = score_teacher_pass([shared], trajs, assignment, {}, logprob_fn, _ctx, budget_tokens=0, max_heldout=8,
+                                   dedupe_threshold=DEDUPE)
     assert calls == [2] and scores[shared.skill_id].strength == pytest.approx(0.3)
 
 
@@ -88,7 +92,8 @@ def _uniform_groups():
 
 def test_paid_rows_round_robin_under_the_token_budget_and_near_duplicates_scored_once():
     trajs, (k1, k2, k3), assignment = _uniform_groups()
-    plan = plan_scoring([k1, k2, k3], trajs, assignment, context_fn=_ctx, budget_tokens=25, max_heldout=8)
+    plan = plan_scoring([k1, k2, k3], trajs, assignment, context_fn=_ctx, budget_tokens=25, max_heldout=8,
+                        dedupe_threshold=DEDUPE)
     assert plan.free == {k1.skill_id: [], k2.skill_id: [], k3.skill_id: []}
     rep = min(k1.skill_id, k3.skill_id)  # the cluster's representative: the smaller id
     dup = max(k1.skill_id, k3.skill_id)
@@ -113,7 +118,8 @@ def test_paid_rows_round_robin_under_the_token_budget_and_near_duplicates_scored
 
 def test_zero_budget_leaves_candidates_unscored_with_the_reason():
     trajs, skills, assignment = _uniform_groups()
-    plan = plan_scoring(skills, trajs, assignment, context_fn=_ctx, budget_tokens=9, max_heldout=8)
+    plan = plan_scoring(skills, trajs, assignment, context_fn=_ctx, budget_tokens=9, max_heldout=8,
+                        dedupe_threshold=DEDUPE)
     assert plan.paid_pairs() == [] and sorted(plan.unscored.values()) == ["budget", "budget"]
     scores = score_from_plan(skills, trajs, plan, {}, {})
     assert all(sc.strength is None for sc in scores.values())

@@ -52,7 +52,7 @@ def task_dataset(env: Any = None, task_ids: Sequence[str] | None = None, *, repe
     return Dataset.from_dict(rows)
 
 
-def make_env_reward(invalid_action_penalty: float = 0.1, reward_scale: float = 1.0):
+def make_env_reward(invalid_action_penalty: float, reward_scale: float):
     """A TRL reward function: ``reward_scale * env_reward - invalid_action_penalty * invalid_actions``.
 
     ``env_reward`` and ``invalid_actions`` are extra fields the SkillDuet rollout returns for every completion.

@@ -165,7 +165,8 @@ def parse_settings(section: Any) -> VerlSettings:
     if method.opd_agg != "token-mean":
         invalid("skillduet.opd_agg", method.opd_agg, "on verl the OPD term is aggregated like the PPO loss: set "
                 "actor_rollout_ref.actor.loss_agg_mode instead")
-    check_estimator(method, action_selection="generate")  # verl generates freely: no choose mode
+    # verl generates freely (no choose mode) and takes the teacher log-probs after generation
+    check_estimator(method, action_selection="generate", teacher_at="generation")
     teacher_source = adapter.get("teacher_logprobs", "actor")
     if method.opd_estimator == "topk" and method.needs_teacher_pass and teacher_source != "actor":
         invalid("skillduet.opd_estimator", method.opd_estimator, "the teacher's top-k tokens come from the actor's "

@@ -1,11 +1,12 @@
-"""No hidden import cycle: the graph of the package's imports, those inside functions included, has no cycle.
+"""No hidden import cycle: the graph of the package's imports, those inside functions and type-only ones included,
+has no cycle.
 
 An import inside a function hides a cycle from the interpreter (it runs after both modules are loaded) and from
-import-linter's layers (it only reads the arrows' direction); this check parses every module, takes every import
-of the package at any depth (``if TYPE_CHECKING:`` blocks excepted: they never run) and fails on a cycle,
-naming it. An import left inside a function is for a heavy optional dependency, never to break a cycle, and says
-which on its line or the line above (``# lazy: torch``); the second check finds every function-level import that
-does not.
+import-linter's layers (it only reads the arrows' direction), and so does an ``if TYPE_CHECKING:`` import (it never
+runs, yet the two modules still depend on each other: the type belongs a floor lower); this check parses every
+module, takes every import of the package at any depth, type-only ones included, and fails on a cycle, naming it.
+An import left inside a function is for a heavy optional dependency, never to break a cycle, and says which on its
+line or the line above (``# lazy: torch``); the second check finds every function-level import that does not.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ def _type_checking(node: ast.If) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imported_modules(tree: ast.AST, this: str, is_package: bool, known: set[str]) -> set[str]:
+def imported_modules(tree: ast.AST, this: str, is_package: bool, known: set[str], *,
+                     type_only: bool = True) -> set[str]:
     """The package's modules that ``tree`` imports anywhere (``from a.b import c`` names ``a.b.c`` when that is a
-    module, else ``a.b``)."""
+    module, else ``a.b``), those under ``if TYPE_CHECKING:`` only when ``type_only``."""
     found: set[str] = set()
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node):
+        if isinstance(node, ast.If) and _type_checking(node) and not type_only:
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import):
@@ -55,10 +57,11 @@ def imported_modules(tree: ast.AST, this: str, is_package: bool, known: set[str]
     return {m for m in found if m in known and m != this}
 
 
-def import_graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT, package: str = PACKAGE, *, type_only: bool = True) -> dict[str, set[str]]:
     files = {module_name(p, root): p for p in (root / package).rglob("*.py")}
     known = set(files)
-    return {name: imported_modules(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
+    return {name: imported_modules(ast.parse(path.read_text()), name, path.name == "__init__.py", known,
+                                   type_only=type_only)
             for name, path in files.items()}
 
 
@@ -97,23 +100,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle_even_inside_functions():
+def test_no_import_cycle_even_inside_functions_or_type_only():
     found = cycles(import_graph())
-    assert found == [], "import cycles (imports inside functions included): " + \
+    assert found == [], "import cycles (imports inside functions and TYPE_CHECKING ones included): " + \
         "; ".join(" <-> ".join(c) for c in found)
 
 
 def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
-    """Negative control: a scratch package whose two modules import each other, one of them inside a function."""
+    """Negative control: a scratch package whose two modules import each other, one of them inside a function, and
+    two that import each other, one of them for types only."""
     pkg = tmp_path / "scratch"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from scratch.b import g\n\n\ndef f():\n    return g()\n")
     (pkg / "b.py").write_text("def g():\n    from scratch import a\n    return a\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scratch.a import f\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scratch.d import T\n")
+    (pkg / "d.py").write_text("from scratch import c\n\n\nclass T:\n    pass\n")
     graph = import_graph(tmp_path, "scratch")
-    assert cycles(graph) == [["scratch.a", "scratch.b"]]
-    assert graph["scratch.c"] == set()  # TYPE_CHECKING imports never run
+    assert cycles(graph) == [["scratch.a", "scratch.b"], ["scratch.c", "scratch.d"]]
+    assert cycles(import_graph(tmp_path, "scratch", type_only=False)) == [["scratch.a", "scratch.b"]]
 
 
 def unexplained_lazy_imports(root: Path = ROOT, package: str = PACKAGE) -> list[str]:

@@ -21,7 +21,7 @@ from skillduet_plugin.core.registry import Registry, resolve_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from skillduet_plugin.envs.base import TextEnv
-    from skillduet_plugin.envs.prompts import PromptTemplates
+    from skillduet_plugin.envs.templates import PromptTemplates
 
 
 @dataclass(frozen=True)

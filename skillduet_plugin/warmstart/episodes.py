@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from skillduet_plugin.core.conversation import ChatTokenizer, EpisodeTokens
+from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.settings import check
 from skillduet_plugin.envs.registry import env_spec
 from skillduet_plugin.llm.offline import respond
@@ -42,7 +42,7 @@ from skillduet_plugin.skills.consolidate import render_global
 from skillduet_plugin.skills.inject import LOCAL_HEADER, global_messages, insert_sections, skill_section
 from skillduet_plugin.skills.judge import parse_global_answer, parse_skill_answer
 from skillduet_plugin.warmstart import EXPERTS, LOCAL_SKILL_TOKENS
-from skillduet_plugin.warmstart.loss import episode_gradient, policy_tokens
+from skillduet_plugin.warmstart.loss import ClonedEpisode, episode_gradient, policy_tokens
 from skillduet_plugin.warmstart.workers import ClonePool, flat_parameters
 
 
@@ -96,20 +96,6 @@ class ExpertRecord:
     won: bool
     seed: int = 0
     hint: tuple[str, ...] = ()
-
-
-@dataclass
-class ClonedEpisode:
-    """One expert episode in the RL loop's token layout (mask 1 = policy tokens, 0 = environment tokens)."""
-
-    task_id: str
-    scope: str
-    tokens: EpisodeTokens
-    student_messages: list[dict[str, str]]
-    messages: list[dict[str, str]]
-    actions: list[str]
-    won: bool
-    with_skill: bool
 
 
 def play_expert(env: Any, task_id: str, *, max_turns: int, kind: str = "search", seed: int = 0,

@@ -6,14 +6,28 @@ loss without the episode-building code, and the warm start imports the pool with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
+from skillduet_plugin.core.conversation import EpisodeTokens
 from skillduet_plugin.core.logprobs import response_logprobs
 
-if TYPE_CHECKING:  # pragma: no cover
-    from skillduet_plugin.warmstart.episodes import ClonedEpisode
+
+@dataclass
+class ClonedEpisode:
+    """One expert episode in the RL loop's token layout (mask 1 = policy tokens, 0 = environment tokens), what the
+    cloning loss reads (made by ``warmstart.episodes.layout_episode``)."""
+
+    task_id: str
+    scope: str
+    tokens: EpisodeTokens
+    student_messages: list[dict[str, str]]
+    messages: list[dict[str, str]]
+    actions: list[str]
+    won: bool
+    with_skill: bool
 
 
 def cloning_loss(model: Any, batch: Sequence[ClonedEpisode], pad_token_id: int = 0):
@@ -71,4 +85,4 @@ def policy_tokens(batch: Sequence[ClonedEpisode]) -> int:
     return count
 
 
-__all__ = ["cloning_loss", "episode_gradient", "episode_logps", "policy_tokens"]
+__all__ = ["ClonedEpisode", "cloning_loss", "episode_gradient", "episode_logps", "policy_tokens"]

@@ -31,10 +31,10 @@ class SkillDuetConfig:
     opd_coef: float = setting(0.1, "lambda_OPD, weight of the gated on-policy distillation term; 0 turns OPD off",
                               lo=0)
     gate_beta: float = setting(5.0, "beta of the confidence gate sigmoid(beta * (t - s)); the paper uses 5", lo=0)
-    opd_estimator: str = setting("sampled", "what the OPD term distils: sampled (the paper's Eq. 1 on the sampled "
-                                 "token), choices (its exact expectation under the student over every admissible "
-                                 "action of a turn; action_selection=choose only) or topk (its expectation over the "
-                                 "teacher's opd_topk most likely tokens of each position)", choices=OPD_ESTIMATORS)
+    opd_estimator: str = setting("sampled", "what the OPD term distils: sampled (Eq. 1 on the sampled token), "
+                                            "choices (its expectation over a turn's admissible actions; "
+                                            "action_selection=choose only) or topk (the teacher's opd_topk top "
+                                            "tokens)", choices=OPD_ESTIMATORS)
     opd_topk: int = setting(8, "opd_estimator=topk: the teacher's most likely tokens per position it sums over",
                             kind="int", lo=1)
     policy_loss_coef: float = setting(1.0, "weight of the RL policy loss (GRPO/PPO); 1 is the method, 0 trains on "
@@ -56,12 +56,9 @@ class SkillDuetConfig:
                                   "plain GRPO", kind="bool")
     scope: str = setting("task_type", "what a Global serves: the task type, each task, or one Global for "
                          "everything", choices=SCOPE_KINDS)
-    heldout: str = setting("teacher", "which trajectories score a candidate: teacher (default) reads the "
-                           "trajectories that have the candidate as OPD teacher context and did not produce it from "
-                           "the teacher pass at no extra forward, plus budgeted extra forwards for candidates without "
-                           "any (skills.teacher_scoring); the pairwise estimator (one forward per candidate and "
-                           "trajectory): same_scope (same scope minus its sources), same_scope_other_tasks (minus its "
-                           "whole task group), any (any trajectory but its sources)", choices=HELDOUT_POLICIES)
+    heldout: str = setting("teacher", "which trajectories score a candidate: teacher (default: the teacher pass's "
+                                      "rows plus budgeted forwards, skills.teacher_scoring) or, one forward per "
+                                      "pair, same_scope, same_scope_other_tasks or any", choices=HELDOUT_POLICIES)
     max_heldout: int = setting(8, "cap on |H_L| per candidate for the pairwise estimator and the extra rows of "
                                "teacher", kind="int", lo=1)
     scoring_budget: float = setting(0.5, "with heldout=teacher, the extra scoring forwards of a step process at most "
@@ -77,10 +74,9 @@ class SkillDuetConfig:
                                   choices=SKILL_POSITIONS)
     dedupe_threshold: float = setting(0.9, "similarity above which two candidates count as near-duplicates",
                                       lo=0, hi=1, lo_open=True)
-    analyzer_max_requests: int = setting(0, "analyzer requests per step at most (0: one per group or trajectory, "
-                                         "no bound): bounds a step's wait for the analyzer in requests x its reply "
-                                         "budget; the groups left out get no Local skill that step (metric "
-                                         "skills/step_analyzer_capped)", kind="int", lo=0)
+    analyzer_max_requests: int = setting(0, "analyzer requests per step at most (0: no bound); the groups left out "
+                                            "get no Local skill that step (metric skills/step_analyzer_capped)",
+                                         kind="int", lo=0)
     analyzer: BackendConfig = field(default_factory=BackendConfig, metadata={"help": "the analyzer LLM backend"})
     synthesizer: BackendConfig = field(default_factory=BackendConfig,
                                        metadata={"help": "the synthesizer LLM backend"})

@@ -24,10 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", default=[],
                         help="dotted key=value overrides of the base config, e.g. env=webshop steps=30")
     parser.add_argument("--methods", default=",".join(DEFAULT_ARMS),
-                        help="comma-separated arms: grpo, local_only, random, a selector's name (SkillDuet with "
-                             "that selector, e.g. strength), or <selector>_keep<ratio> "
-                             "(e.g. strength_keep0.25), each optionally followed by +key=value method settings "
-                             "(e.g. local_only+opd_coef=0); default %(default)s")
+                        help="comma-separated arms: grpo, local_only, random, a selector (e.g. strength) or "
+                             "<selector>_keep<ratio>, each optionally +key=value method settings "
+                             "(local_only+opd_coef=0); default %(default)s")
     parser.add_argument("--seeds", default=None, help="comma-separated RL seeds (default 0,1,2; --quick: "
                                                       f"{','.join(map(str, QUICK_SEEDS))})")
     parser.add_argument("--quick", action="store_true",

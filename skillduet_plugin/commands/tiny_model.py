@@ -18,8 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--env", default=None,
                         help="an environment whose own text the tokenizer also learns, as `skillduet train env=NAME` "
-                             "builds it (webshop: the synthetic catalogue's words, 2,048 tokens, replacing "
-                             "--vocab-size); an environment without such text gets the default build")
+                             "builds it (webshop: the catalogue's words, 2,048 tokens, replacing --vocab-size)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the folder holds this build")
 
 

@@ -34,11 +34,8 @@ class EpisodeSettings:
     invalid_action_penalty: float = setting(0.1, "subtracted from an episode's reward per turn whose response did "
                                             "not parse to an admissible action", lo=0)
     action_selection: str = setting(
-        "generate", "generate samples each turn freely; choose is constrained selection among the environment's "
-        "admissible actions (rollout.choice: each action's response is scored by the policy and one is drawn from "
-        "the softmax of the sums at temperature; the tiny model cannot copy long action strings; on WebShop the "
-        "search page then offers queries built from the instruction); the losses train on the chosen response's "
-        "decisive tokens only (those where it parts from the other candidates still possible)",
+        "generate", "generate samples each turn freely; choose draws among the admissible actions by the policy's "
+                    "scores (rollout.choice), trained on its decisive tokens",
         choices=ACTION_SELECTIONS)
     teacher_at: str = setting("generation", "when OPD teacher log-probs are computed: once per rollout batch "
                               "(generation, cheapest) or with the live model in every loss call (loss, fresh when "

@@ -33,10 +33,9 @@ class BackendConfig:
     backoff_s: float = setting(1.0, "first retry delay in seconds (doubles per retry, with jitter)", lo=0)
     concurrency: int = setting(8, "requests in flight at once", kind="int", lo=1)
     temperature: float = setting(0.3, "sampling temperature", lo=0)
-    reply_form: str = setting("free", "a Local skill reply's form: free (the prompt asks for it), regex (enforced "
-                              "while decoding: vLLM structured outputs on openai, an xgrammar logits processor on "
-                              "transformers) or json_schema (an OpenAI-style response_format, openai only); a "
-                              "server that refuses it is asked again without it", choices=REPLY_FORMS)
+    reply_form: str = setting("free", "a Local skill reply's form: free, regex (enforced while decoding: vLLM "
+                                      "structured outputs, xgrammar on transformers) or json_schema (openai only); a "
+                                      "server that refuses it is asked without it", choices=REPLY_FORMS)
     max_tokens: int = setting(1024, "tokens per reply at most; each request asks for less when its answer needs "
                               "less (a Local skill: local_skill_token_budget, a Global: skill_token_budget, plus "
                               "room for the answer tags)", kind="int", lo=1)

@@ -46,11 +46,9 @@ class WarmStartConfig:
 
     enabled: Any = setting("auto", "auto (on for tiny models, off for real checkpoints), true or false",
                            choices=("auto", True, False), fix="expected auto, true or false")
-    design: str = setting("search", "what the cloning data teaches: search (the expert's episodes on training "
-                          "games, a share of them with a skill section: skill_fraction) or reading (per game of the "
-                          "warm start's own split, clone_split: the game's Local skill naming where the target is, "
-                          "counterfactuals stand-in skills naming other receptacles of the room, which the expert "
-                          "visits first, and no skill; so the clone learns to act on a skill's words; ALFWorld)",
+    design: str = setting("search", "what cloning teaches: search (expert episodes, skill_fraction of them with a "
+                                    "skill section) or reading (per clone_split game: its Local skill, stand-in "
+                                    "skills and none; ALFWorld)",
                           choices=DESIGNS)
     games: int = setting(72, "training games whose expert episodes are cloned (the first of the train split; with "
                          "design=reading they get the reading design's episodes too, 0: none)", kind="int", lo=0)
@@ -64,34 +62,25 @@ class WarmStartConfig:
                                    lo=0)
     global_episodes: int = setting(0, "design=reading: episodes per game with a Global of the task type (from "
                                    "other games' skills) and the expert's plain search", kind="int", lo=0)
-    expert: str = setting("search", "ALFWorld: search (an expert that looks for the target like a player who does "
-                          "not know where it is, so the clone learns to search) or walkthrough (the game file's "
-                          "stored plan); WebShop: search (the searching shopper, reads the instruction only) or "
-                          "walkthrough (a shopper that goes straight to the goal product)", choices=EXPERTS)
+    expert: str = setting("search", "the expert cloned: search (looks for the target like a player who does not "
+                                    "know where it is; WebShop: reads the instruction only) or walkthrough (the "
+                                    "stored plan, straight to the goal)", choices=EXPERTS)
     episodes_per_game: int = setting(2, "design=search: expert episodes per game (the searching expert visits "
                                      "receptacles in a different seeded order in each)", kind="int", lo=1)
-    steps: int = setting(700, "optimizer steps, always all of them: the budget is in steps, never in time, so a "
-                         "busy machine takes longer but makes the same model (a time estimate and a progress bar "
-                         "say how long); the result is cached by a hash of everything it depends on, and an "
-                         "interrupted warm start is never reused", kind="int", lo=0)
-    max_turns: int | None = setting(12, "turn cap of the expert episodes cloned (null: the run's max_turns); "
-                                    "above max_turns it gives RL a tighter turn budget than the expert had, so "
-                                    "that the games the clone memorised leave RL room to improve", kind="int", lo=1,
+    steps: int = setting(700, "optimizer steps, all of them (a budget in steps, not time: a busy machine makes the "
+                              "same model); cached by a hash of its inputs; an interrupted warm start is never "
+                              "reused", kind="int", lo=0)
+    max_turns: int | None = setting(12, "turn cap of the cloned expert episodes (null: the run's max_turns); above "
+                                        "max_turns, RL gets a tighter turn budget than the expert had", kind="int", lo=1,
                                     optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
-    workers: int = setting(0, "processes computing the episodes' gradients in parallel, and playing the reading "
-                           "design's expert episodes (0: auto = as many as the "
-                           "cores hold at the run's threads per process, at most batch_size, and 1 below 50 steps, "
-                           "where starting workers costs more than it saves; 1: in the run's own process). A speed "
-                           "setting only: any count trains bit-for-bit the same model, so it is not part of the "
-                           "cache key", kind="int", lo=0)
+    workers: int = setting(0, "processes computing episode gradients and reading-design episodes (0: auto from "
+                              "cores and threads, 1 below 50 steps; 1: in-process); speed only: any count trains the "
+                              "same model", kind="int", lo=0)
     learning_rate: float = setting(6e-3, "AdamW learning rate", lo=0, lo_open=True)
     skill_fraction: float = setting(0.5, "design=search: share of episodes whose first prompt carries a skill "
-                                    "section written by "
-                                    "the offline analyzer from other expert episodes: half a '## Hindsight skill' "
-                                    "(the OPD teacher's Local skill) from another episode of the same game, which "
-                                    "the expert then acts on, half a '## Skills' Global of the task type, so the "
-                                    "model learns to read both as RL shows them",
+                                         "section from other expert episodes (half a Local '## Hindsight skill', "
+                                         "half a '## Skills' Global)",
                                     lo=0, hi=1)
     skill_token_budget: int = setting(160, "token budget of those sections; the warm start's own setting, not the "
                                       "method's skillduet.skill_token_budget, so runs of different methods start "
@@ -115,10 +104,9 @@ class RunConfig:
     data_dir: str | None = setting(None, "the environment's data folder (null: generated ALFWorld games / the "
                                    "synthetic WebShop catalogue)", kind="path", optional=True,
                                    fix="expected a folder path or null")
-    task_types: str | None = setting("auto", "comma-separated task types that the training games, the warm start "
-                                     "and the panels are drawn from, or null for all; auto: the CPU demo's "
-                                     f"{TINY_TASK_TYPES['alfworld']} on ALFWorld with a tiny model (pick2's two "
-                                     "searches rarely fit in its 8 turns), all task types otherwise",
+    task_types: str | None = setting("auto", "comma-separated task types the training games, warm start and panels "
+                                     "are drawn from (null: all); auto: "
+                                     f"{TINY_TASK_TYPES['alfworld']} on ALFWorld with a tiny model, all otherwise",
                                      optional=True, fix="expected auto, comma-separated task types such as "
                                      "pick,look, or null for all")
     train_split: str = setting("train", "split trained on", kind="str")
@@ -151,29 +139,22 @@ class RunConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig,
                                         metadata={"help": "behaviour-cloning warm start"})
     eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
-    eval_training_tasks: int = setting(15, "also measure this many of the RL training tasks themselves (the first, "
-                                       "round-robin over task types; 0: none) before and after RL (greedy, no "
-                                       "Global), reported apart from the panel as training games, never as unseen "
-                                       "ones", kind="int", lo=0)
-    eval_samples: int = setting(4, "also measure the sampled policy, the one RL trains, on the RL training tasks: "
-                                "this many episodes per task (no Global) at the rollout temperature, seeded by the "
-                                "run's seed (the same on every run; training is unaffected), reported beside greedy "
-                                "success; a task's mean over its episodes makes the paired interval tighter than "
-                                "one 0/1 greedy outcome per task (0: greedy only)", kind="int", lo=0)
+    eval_training_tasks: int = setting(15, "also measure this many RL training tasks (round-robin over task types; "
+                                           "0: none) before and after RL, greedy, no Global; reported apart from the "
+                                           "panel", kind="int", lo=0)
+    eval_samples: int = setting(4, "sampled episodes per measured RL training task (no Global, rollout "
+                                   "temperature, seeded by the run's seed), reported beside greedy success (0: "
+                                   "greedy only)", kind="int", lo=0)
     eval_panel_samples: int = setting(0, "the same on the panel (0: greedy only; on the demo's unseen ALFWorld "
                                       "games the sampled policy wins none either, and the 80 episodes cost a "
                                       "minute of its 10)", kind="int", lo=0)
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
-    eval_teacher: bool = setting(True, "after RL, also play the measured RL training tasks with each game's first "
-                                 "Local skill in the prompt (the OPD teacher), with the model before RL and after "
-                                 "it, greedy and sampled like the students (eval_samples), so the summary compares "
-                                 "the student after RL without any skill with the teacher RL started from (methods "
-                                 "with Local skills; needs eval_training_tasks)", kind="bool")
-    teacher_check_samples: int = setting(2, "each RL step, play every task of the batch that got a Local skill this "
-                                         "many times with the skill (the OPD teacher) and as many without (the "
-                                         "student), with the rollout weights, never trained on, sampled from a "
-                                         "seeded generator of its own (training draws the same either way); "
-                                         "logged as teacher_check/* and plotted (0: off)", kind="int", lo=0)
+    eval_teacher: bool = setting(True, "after RL, also play the measured training tasks with each game's first "
+                                       "Local skill (the OPD teacher), before and after RL, to compare student and "
+                                       "teacher (needs eval_training_tasks)", kind="bool")
+    teacher_check_samples: int = setting(2, "each RL step, play every batch task that got a Local skill this many "
+                                            "times with it and without it (seeded apart, never trained on); logged "
+                                            "as teacher_check/* (0: off)", kind="int", lo=0)
     opd_update_share: bool = setting(True, "each RL step, measure how much of the update OPD makes (the gradient "
                                      "norms of the policy loss and the OPD term; two extra backward passes, "
                                      "training unchanged), logged as opd/update_share and plotted", kind="bool")
@@ -185,8 +166,7 @@ class RunConfig:
     env_workers: int = setting(0, "parallel environment worker processes (0: play in this process)",
                                kind="int", lo=0)
     threads: int = setting(0, "torch CPU threads (0: auto = one per two cores on CPU, torch's default on a GPU); "
-                           "fixed per machine, never chosen by load, so the results do not depend on it; half the "
-                           "cores, so another busy process slows a run down instead of stalling every operator",
+                              "fixed per machine, so results do not depend on load",
                            kind="int", lo=0)
     trl: dict = setting(help="extra GRPOConfig keywords passed through unchanged (e.g. use_vllm: true on a GPU "
                         "box); keys are checked against GRPOConfig when the command starts",

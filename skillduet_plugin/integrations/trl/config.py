@@ -71,16 +71,12 @@ class SkillDuetGRPOConfig(GRPOConfig):
         "padded tokens per forward of the OPD teacher pass and of skill scoring")})
     action_selection: str = episode_field("action_selection", with_check=False)
     teacher_check_samples: int = field(default=0, metadata={"help": (
-        "the teacher check (a measurement, never trained on): each step, every task of the batch with a Local "
-        "skill is played this many times with that skill in its prompt (the OPD teacher) and as many times "
-        "without (the student), logged as teacher_check/success_with_local, .../success_without_local and "
-        ".../difference; 0 turns it off. Sampled with the transformers policy from a seeded generator, so the "
-        "training itself draws what it would draw without the check")})
+        "each step, every batch task with a Local skill played this many times with it and without it (never "
+        "trained on, seeded apart); logged as teacher_check/* (0: off)")})
 
     opd_update_share: bool = field(default=False, metadata={"help": (
-        "each step, measure how much of the update OPD makes: the gradient norms of the policy loss and of the OPD "
-        "term (opd/update_norm_policy, opd/update_norm_opd, opd/update_share), two extra backward passes; the step "
-        "itself is unchanged")})
+        "each step, log how much of the update OPD makes (gradient norms of the policy and OPD terms: "
+        "opd/update_*); two extra backward passes, the step unchanged")})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -78,20 +78,19 @@ class VerlSettings:
                                     "<trainer.default_local_dir>/skillduet/bank.sqlite)", kind="path", optional=True)
     global_server: str = setting("skillduet_global_skills", "name of the Ray actor serving the Global "
                                  "cluster-wide", kind="str")
-    teacher_logprobs: str = setting("actor", "where teacher and scoring log-probs are computed: actor (an FSDP "
-                                    "forward), rollout (prefills with prompt_logprobs on the rollout servers, which "
-                                    "serve the same weights after each sync; needs rollout.temperature=1) or compare "
-                                    "(both; logs skillduet/check/* gaps; debugging only)",
+    teacher_logprobs: str = setting("actor", "where teacher and scoring log-probs are computed: actor (FSDP), "
+                                             "rollout (prompt_logprobs prefills on the rollout servers; "
+                                             "needs rollout.temperature=1) or compare (both; logs skillduet/check/* "
+                                             "gaps)",
                                     choices=TEACHER_LOGPROB_SOURCES)
     replay_poll_interval_s: float | None = setting(None, "seconds between verl's polls of the rollout for finished "
                                                    "groups (null: verl's fixed 2.0; a step's rollout time is "
                                                    "rounded up to whole polls)", kind="number", lo=0, lo_open=True,
                                                    optional=True,
                                                    fix="expected seconds > 0 (e.g. 0.1), or null for verl's own 2.0")
-    teacher_check_samples: int = setting(0, "the teacher check: each step, every task of the batch with a Local "
-                                         "skill played this many times with it and as many without, on the "
-                                         "rollout servers (held-out episodes, never trained on), logged as "
-                                         "teacher_check/* (0: off)", kind="int", lo=0)
+    teacher_check_samples: int = setting(0, "each step, every batch task with a Local skill played this many times "
+                                            "with it and without it on the rollout servers (never trained on); "
+                                            "logged as teacher_check/* (0: off)", kind="int", lo=0)
 
     def __post_init__(self) -> None:
         validate_fields(self, "skillduet.")

@@ -134,5 +134,6 @@ def main() -> None:
     _common.probe_output({"model": str(folder), "panel": args.panel, "goals": len(tasks), "result": result},
                          args.json, t0)
 
+
 if __name__ == "__main__":
     main()

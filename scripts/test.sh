@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), check the import contract, and run the whole test suite on CPU, slow tests
+# Set up (scripts/setup.sh), lint (flake8, the import contract), and run the whole test suite on CPU, slow tests
 # included, two workers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,6 +13,8 @@ export TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled RAY_USAGE_STATS_ENABLED=
 # depend on it (the product sets its own thread count, and 1 vs 2 threads gave bit-identical cloning losses).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 cd "$ROOT"
-# The layering of docs/ARCHITECTURE.md (.importlinter): an upward import fails the build before any test runs.
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" lint-imports "$ROOT/.importlinter"
+# Lint before any test runs; a finding fails the build: flake8 (setup.cfg) and the layering of
+# docs/ARCHITECTURE.md (.importlinter: an upward import).
+flake8
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" lint-imports --config "$ROOT/.importlinter"
 exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --timeout 1500 -q "$@"

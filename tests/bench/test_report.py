@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from skillduet_plugin.cli import main as cli_main
-from skillduet_plugin.reporting import build_report, load_run
-from skillduet_plugin.reporting.plots import smooth
-from skillduet_plugin.reporting.runs import normalise_records
-from skillduet_plugin.skills.bank import SkillBank
-from skillduet_plugin.skills.types import Skill
+from skillduet_plugin.cli import main as cli_main  # noqa: E402
+from skillduet_plugin.reporting import build_report, load_run  # noqa: E402
+from skillduet_plugin.reporting.plots import smooth  # noqa: E402
+from skillduet_plugin.reporting.runs import normalise_records  # noqa: E402
+from skillduet_plugin.skills.bank import SkillBank  # noqa: E402
+from skillduet_plugin.skills.types import Skill  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

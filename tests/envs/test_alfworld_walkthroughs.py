@@ -21,8 +21,8 @@ def test_all_134_valid_unseen_walkthroughs_win(alfworld_real_data):
     assert len(tasks) == 134 and all(3 <= len(w) <= 9 for w in walkthroughs)
     won_by_type: Counter = Counter()
     started = time.monotonic()
-    with EnvPool("alfworld", num_workers=2, env_kwargs={"data_dir": str(alfworld_real_data),
-                                                          "split": "valid_unseen"}) as pool:
+    env_kwargs = {"data_dir": str(alfworld_real_data), "split": "valid_unseen"}
+    with EnvPool("alfworld", num_workers=2, env_kwargs=env_kwargs) as pool:
         chunk = 34  # bounded env instances per worker (17 each)
         for lo in range(0, len(tasks), chunk):
             batch, plans = tasks[lo:lo + chunk], walkthroughs[lo:lo + chunk]

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("thefuzz")
 
-from skillduet_plugin.envs.webshop import get_reward, load_product, normalize_color, title_nouns
-from skillduet_plugin.envs.webshop.reward import get_option_reward
-from webshop_fixtures import tiny_raw_catalogue
+from skillduet_plugin.envs.webshop import get_reward, load_product, normalize_color, title_nouns  # noqa: E402
+from skillduet_plugin.envs.webshop.reward import get_option_reward  # noqa: E402
+from webshop_fixtures import tiny_raw_catalogue  # noqa: E402
 
 RUG_TITLE = "Turquoise Square Area Rug, Easy Clean Shag Rug for Living Room"
 

@@ -109,8 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour == "huge":
             content["huge"] = _HUGE
         if behaviour in content:
-            payload = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant",
-                                                                        "content": content[behaviour]}}]})
+            message = {"role": "assistant", "content": content[behaviour]}
+            payload = json.dumps({"choices": [{"index": 0, "message": message}]})
             self._send(200, payload)
         elif behaviour == "nochoices":
             self._send(200, json.dumps({"object": "chat.completion", "choices": []}))

@@ -39,7 +39,8 @@ def _play(engine, chat, task_id, turns):
 def test_an_episode_has_log_probs_only_when_every_turn_had_them(chat):
     """The rule is the same for the collector and the agent loop: one turn without log-probs drops them all
     (before, the collector let the last turn decide and handed Strength 0.0 placeholders as log-probs)."""
-    full = _play(_engine(chat), chat, "toy-3", [("<action>open box</action>", True), ("<action>take key</action>", True)])
+    turns = [("<action>open box</action>", True), ("<action>take key</action>", True)]
+    full = _play(_engine(chat), chat, "toy-3", turns)
     assert full.episode.has_logps and full.episode.won
     traj = to_trajectory(full.episode, step=1, traj_id="a")
     mask = traj.completion_mask

@@ -223,8 +223,8 @@ def test_end_step_is_idempotent_for_a_replayed_step(tmp_path, tiny_tokenizer):
                         analyzer=FakeBackend(), synthesizer=FakeBackend(), similarity=None)
     [(_, first)] = _run(lc, ChatTokenizer(tiny_tokenizer), [1])
     again = lc.end_step(1)
-    assert [(r.scope, r.version, r.items, r.kept) for r in again] == [(r.scope, r.version, r.items, r.kept)
-                                                                        for r in first]
+    fields = [[(r.scope, r.version, r.items, r.kept) for r in results] for results in (again, first)]
+    assert fields[0] == fields[1]
     assert [v.version for v in lc.bank.history("clean")] == [1]
 
 

@@ -34,8 +34,9 @@ def micro_batch(opd_rows=(1.0, 1.0, 1.0), seed=0, batch_num_tokens=None):
     g = torch.Generator().manual_seed(seed)
     full = [-(torch.rand(p + r, generator=g) * 3 + 0.1) for p, r in zip(PROMPT_LENS, RESP_LENS)]
     leaf = torch.cat(full).requires_grad_(True)
+    lengths = torch.tensor([p + r for p, r in zip(PROMPT_LENS, RESP_LENS)])
     log_probs = torch.nested.nested_tensor_from_jagged(
-        leaf, offsets=torch.tensor([0] + list(torch.cumsum(torch.tensor([p + r for p, r in zip(PROMPT_LENS, RESP_LENS)]), 0))))
+        leaf, offsets=torch.tensor([0] + list(torch.cumsum(lengths, 0))))
     student = [f[p - 1: p - 1 + r].detach() for f, p, r in zip(full, PROMPT_LENS, RESP_LENS)]
     mask = [torch.ones(r) for r in RESP_LENS]
     mask[0][-1] = 0.0  # an environment token

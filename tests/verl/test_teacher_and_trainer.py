@@ -33,7 +33,7 @@ def _rows(chat):
     for i, (task_id, scope, task) in enumerate(TASKS):
         plain = toy_initial_messages("toy", task=task, observation="a room", admissible_actions=["look"])
         prompt = chat.prompt_ids(plain)
-        response = chat.encode(f"<action>look</action>") + [chat.eos_token_id] + chat.turn_ids("obs") + \
+        response = chat.encode("<action>look</action>") + [chat.eos_token_id] + chat.turn_ids("obs") + \
             chat.encode("<action>open box</action>") + [chat.eos_token_id]
         mask = [1] * 6 + [0] * (len(response) - 12) + [1] * 6
         records.append({"skillduet": {"task_id": task_id, "scope": scope, "task": task, "prompt_messages": plain,
@@ -118,8 +118,8 @@ def _step_batch(trainer, chat, keys=("k0", "k1", "k2", "pad")):
     """The rows of ``_rows`` (plus a padding row) in an in-memory TransferQueue wired into ``trainer``."""
     records, prompts, responses, masks, old = _rows(chat)
     tq = MemoryTQ({"prompts": prompts, "responses": responses, "response_mask": masks, "old_log_probs": old,
-                   "extra_fields": records, "advantages": [torch.full((len(r),), float(i)) for i, r in
-                                                            enumerate(responses)]})
+                   "extra_fields": records,
+                   "advantages": [torch.full((len(r),), float(i)) for i, r in enumerate(responses)]})
     trainer._tq_get, trainer._tq_put = tq.get, tq.put
 
     def by_keys(wanted, fields):  # TransferQueue rows by key, as verl's kv_batch_get during the rollout
@@ -390,8 +390,8 @@ def test_rollout_teacher_prefills_go_out_per_group_during_the_rollout(monkeypatc
     scored = [c for c in trainer.lifecycle.calls if c[0] == "score"][0]
     ref_scored = [c for c in reference.lifecycle.calls if c[0] == "score"][0]
     # the same skills (the fake analyzer does not order them by group as the real one does) and scoring rows
-    assert sorted(scored[1]) == sorted(ref_scored[1]) and all(torch.equal(x, y) for x, y in zip(scored[3],
-                                                                                               ref_scored[3]))
+    assert sorted(scored[1]) == sorted(ref_scored[1])
+    assert len(scored[3]) == len(ref_scored[3]) and all(torch.equal(x, y) for x, y in zip(scored[3], ref_scored[3]))
     assert sorted(trainer.lifecycle.teacher_logps) == ["ua_0_0", "ub_0_0"]
 
 

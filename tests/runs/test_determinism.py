@@ -19,6 +19,9 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("alfworld")
 
+from skillduet_plugin.runs.config import RunConfig  # noqa: E402
+from skillduet_plugin.runs.trl_runner import torch_threads  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 TIMING = re.compile(r"(^time/|_time$|runtime|per_second|seconds|_s$)")
 
@@ -50,6 +53,12 @@ def _train(args: list[str], cache: Path, hash_seed: int) -> str:
     return done.stderr
 
 
+def _threads(log: str) -> int:
+    """The torch thread count a run reports in its run-directory line."""
+    [count] = re.findall(r"\((\d+) torch threads?, ", log)
+    return int(count)
+
+
 def _untimed(value):
     if isinstance(value, dict):
         return {k: _untimed(v) for k, v in value.items() if not TIMING.search(k)}
@@ -79,11 +88,15 @@ def test_a_run_beside_a_busy_process_gives_the_same_numbers(setting, tmp_path):
     killed = subprocess.Popen([sys.executable, "-m", "skillduet_plugin.cli", *_args(games, model, tmp_path / "x"),
                                "warm_start.steps=100000"], stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO), "SKILLDUET_CACHE": str(busy_cache)})
+    cloning = False
     for line in killed.stderr:  # SIGKILL it once cloning is under way (its time estimate comes after 5 steps)
         if "cloning steps, about" in line:
+            cloning = True
             break
     killed.send_signal(signal.SIGKILL)
     killed.wait()
+    # the precondition: the warm start was cloning when the kill came (a child that ended first tests nothing)
+    assert cloning and killed.returncode == -signal.SIGKILL, killed.returncode
 
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -94,7 +107,8 @@ def test_a_run_beside_a_busy_process_gives_the_same_numbers(setting, tmp_path):
         burner.wait()
 
     assert "warm start: reusing" not in log_busy  # the killed warm start was not taken for a finished one
-    assert "1 torch thread" in log_idle and "1 torch thread" in log_busy or os.cpu_count() > 3
+    # both runs use the thread count the machine gives (one per two cores on CPU), not one the load gives
+    assert _threads(log_idle) == _threads(log_busy) == torch_threads(RunConfig())
     a, b = _numbers(idle), _numbers(busy)
     assert a.keys() == b.keys() and len(a["metrics"]) >= 4
     for key in a:

@@ -33,10 +33,10 @@ install()  # idempotent; here also when verl's own plugin discovery is off (VERL
 
 def run(config: Any) -> None:
     """verl's checks (SkillDuet's included: the plugin wraps ``validate_config``), then verl's PPO run."""
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo  # lazy: imports torch
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy  # lazy: imports torch
-    from verl.utils.config import validate_config  # lazy: imports torch
-    from verl.utils.device import auto_set_device  # lazy: imports torch
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo  # lazy: verl (imports torch)
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy  # lazy: verl (imports torch)
+    from verl.utils.config import validate_config  # lazy: verl (imports torch)
+    from verl.utils.device import auto_set_device  # lazy: verl (imports torch)
 
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config),
@@ -49,7 +49,7 @@ def run(config: Any) -> None:
     if config.trainer.use_v1:
         run_ppo(config, task_runner_class=TaskRunnerV1)
     else:
-        from verl.trainer.main_ppo import main as verl_main  # lazy: imports torch
+        from verl.trainer.main_ppo import main as verl_main  # lazy: verl (imports torch)
 
         verl_main.__wrapped__(config)  # verl's own legacy (V0) path, unchanged
 

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skillduet_plugin.runs.doctor import run_checks, run_target, verl_target  # lazy: imports the run tooling
+    from skillduet_plugin.runs.doctor import run_checks, run_target, verl_target  # lazy: thefuzz
 
     config_path, overrides = args.config, list(args.overrides)
     if config_path is not None and ("=" in config_path or args.verl):

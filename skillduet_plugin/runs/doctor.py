@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.config import ConfigError, SkillDuetConfig
+from skillduet_plugin.envs import make
+from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
+from skillduet_plugin.llm.base import make_backend
+from skillduet_plugin.runs.config import load_run_config
+from skillduet_plugin.skills.extract import extract_local
+from skillduet_plugin.skills.types import Trajectory
 
 #: the frameworks whose installed version is held against the package's pins
 PINNED = ("trl", "verl", "vllm")
@@ -70,7 +77,6 @@ class Target:
 
 def run_target(config_path: str | None, overrides: Sequence[str]) -> Target:
     """A ``skillduet train`` run config (the file plus ``key=value`` overrides, as ``train`` reads them)."""
-    from skillduet_plugin.runs.config import load_run_config  # lazy: imports the run tooling
 
     config = load_run_config(config_path, list(overrides))
     report_to = config.trl.get("report_to", "none")
@@ -87,7 +93,6 @@ def verl_target(overrides: Sequence[str], timeout: float = 600.0) -> Target:
 
     from omegaconf import OmegaConf  # lazy: omegaconf
 
-    from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config  # lazy: verl settings
 
     proc = subprocess.run([sys.executable, "-m", "skillduet_plugin.main_ppo", *overrides], capture_output=True,
                           text=True, env=dict(os.environ, DRY_RUN="1"), timeout=timeout)
@@ -196,7 +201,6 @@ def check_plugin(env: dict[str, str] | None = None, timeout: float = 300.0) -> C
 
 
 def _first_reset(target: Target) -> tuple[Any, str, Any, dict]:
-    from skillduet_plugin.envs import make  # lazy: imports the environment packages
 
     env = make(target.env, data_dir=target.data_dir, split=target.split, **target.env_kwargs)
     if not env.tasks:
@@ -231,7 +235,6 @@ def check_environment(target: Target) -> tuple[Check, Any]:
 
 
 def _trajectory(target: Target, episode: dict) -> Any:
-    from skillduet_plugin.skills.types import Trajectory  # lazy: skill types
 
     info = episode["info"]
     return Trajectory(traj_id="doctor-0", task_id=str(episode["task_id"]), scope=str(info.get("task_type", "")),
@@ -243,8 +246,6 @@ def _trajectory(target: Target, episode: dict) -> Any:
 
 def check_analyzer(target: Target, episode: dict | None, timeout_s: float) -> Check:
     """One real extraction request to the configured analyzer, parsed into a Local skill."""
-    from skillduet_plugin.llm.base import make_backend  # lazy: imports the backends
-    from skillduet_plugin.skills.extract import extract_local  # lazy: imports the skill code
 
     cfg = target.method.analyzer
     if episode is None:
@@ -313,7 +314,6 @@ def _wandb_ready() -> bool:
 
 def check_bank(target: Target) -> Check:
     """The skill bank's folder can be created and written: a file and a SQLite database."""
-    import sqlite3  # lazy: sqlite3
 
     folder = Path(target.bank_dir).expanduser()
     try:

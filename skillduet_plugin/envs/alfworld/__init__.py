@@ -4,16 +4,8 @@
 """
 
 from skillduet_plugin.envs.alfworld.env import AlfworldEnv, extract_task, make_alfworld
+from skillduet_plugin.envs.alfworld.generator import default_data_root, ensure_default_data, generate_games
 from skillduet_plugin.envs.alfworld.tasks import SCOPES, SPLITS, TASK_TYPES, discover_tasks, task_type_of
-
-
-def __getattr__(name: str):
-    # The generator pulls in alfworld's planner helpers; import it only when asked for.
-    if name in ("generate_games", "ensure_default_data", "default_data_root"):
-        from skillduet_plugin.envs.alfworld import generator  # lazy: alfworld
-
-        return getattr(generator, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["AlfworldEnv", "SCOPES", "SPLITS", "TASK_TYPES", "default_data_root", "discover_tasks",

@@ -47,7 +47,7 @@ def env_tasks(env_name: str, split: str, data_dir: str | None = None, factory: s
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str) -> str:
-    import pandas as pd  # lazy: imports numpy
+    import pandas as pd  # lazy: pandas (imports numpy)
 
     if not rows:
         raise ValueError(f"no tasks to write to {path}: the split is empty")

@@ -41,7 +41,7 @@ OPD_MASK_KEY = "skillduet_opd_mask"
 
 def _metric_aggregation(data: Any, config: Any):
     """SUM when the loss is normalised over the global batch (as verl's ``ppo_loss`` decides), else MEAN."""
-    from verl.utils.metric import AggregationType  # lazy: imports transformers
+    from verl.utils.metric import AggregationType  # lazy: verl (imports transformers)
 
     if (data["dp_size"] > 1 or data["batch_num_tokens"] is not None or data["global_batch_size"] is not None
             or config.loss_scale_factor is not None):
@@ -87,9 +87,9 @@ def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any 
     """
     if student_logits is not None:
         return _logits_processor(student_logits, data, beta=gate_beta, k=topk)
-    from verl.utils.metric import AggregationType, Metric  # lazy: imports transformers
-    from verl.workers.utils.losses import ppo_loss  # lazy: imports transformers
-    from verl.workers.utils.padding import no_padding_2_padding  # lazy: imports transformers
+    from verl.utils.metric import AggregationType, Metric  # lazy: verl (imports transformers)
+    from verl.workers.utils.losses import ppo_loss  # lazy: verl (imports transformers)
+    from verl.workers.utils.padding import no_padding_2_padding  # lazy: verl (imports transformers)
 
     if _teacher_request(data):  # the teacher pass asked for its top-k only: no loss
         return torch.zeros(()), {}
@@ -129,14 +129,14 @@ def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any 
 
 
 def _teacher_request(data: Any) -> bool:
-    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+    from verl.utils import tensordict_utils as tu  # lazy: verl (imports transformers)
 
     return bool(tu.get_non_tensor_data(data=data, key=TEACHER_TOPK_REQUEST, default=0))
 
 
 def _logits_processor(student_logits: torch.Tensor, data: Any, *, beta: float, k: int) -> dict:
     """verl's logits-processor call: the teacher's top-k (teacher pass) or the student's expected term (update)."""
-    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+    from verl.utils import tensordict_utils as tu  # lazy: verl (imports transformers)
 
     request = int(tu.get_non_tensor_data(data=data, key=TEACHER_TOPK_REQUEST, default=0) or 0)
     if request:
@@ -149,7 +149,7 @@ def _logits_processor(student_logits: torch.Tensor, data: Any, *, beta: float, k
 
 
 def _topk_stats(data: Any) -> dict[str, float]:
-    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+    from verl.utils import tensordict_utils as tu  # lazy: verl (imports transformers)
 
     stats = tu.get_non_tensor_data(data=data, key=TOPK_STATS_KEY, default=None)
     if stats is None:
@@ -163,7 +163,7 @@ def _aggregate(per_token: torch.Tensor, weights: torch.Tensor, mask: torch.Tenso
     """The OPD term of one micro-batch: weighted ``token-mean`` over the global batch (see the module text),
     verl's ``agg_loss`` over the binary mask for the other modes; 0 (with a graph) for an empty micro-batch
     without global batch info."""
-    from verl.trainer.ppo.core_algos import agg_loss  # lazy: imports transformers
+    from verl.trainer.ppo.core_algos import agg_loss  # lazy: verl (imports transformers)
 
     total, dp_size = data["batch_num_tokens"], data["dp_size"] or 1
     if config.loss_agg_mode == "token-mean":

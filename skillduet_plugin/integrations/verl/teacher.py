@@ -26,7 +26,7 @@ def logprob_batch(contexts: Sequence[Sequence[int]], responses: Sequence[Sequenc
     response position (``integrations.verl.topk``: the SkillDuet loss runs as verl's logits processor).
     """
 
-    from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+    from verl.utils import tensordict_utils as tu  # lazy: verl (imports transformers)
 
     if len(contexts) != len(responses) or not contexts:
         raise ValueError(f"need as many contexts as responses (got {len(contexts)} and {len(responses)}), at least 1")

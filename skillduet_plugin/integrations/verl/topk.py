@@ -60,7 +60,7 @@ def response_positions(data: Any) -> tuple[torch.Tensor, list[int]]:
 
 
 def _check_single_shard(logits: torch.Tensor, index: torch.Tensor) -> None:
-    from verl.utils.ulysses import get_ulysses_sequence_parallel_world_size  # lazy: imports transformers
+    from verl.utils.ulysses import get_ulysses_sequence_parallel_world_size  # lazy: verl (imports transformers)
 
     if get_ulysses_sequence_parallel_world_size() > 1:
         raise ValueError("skillduet.opd_estimator=topk does not support Ulysses sequence parallelism: set "
@@ -149,7 +149,7 @@ def student_topk_outputs(student_logits: torch.Tensor, data: Any, *, beta: float
     per_position, _ = opd_expected(student, teacher.to(device), beta=beta, valid=valid)
     if weights is not None:
         stats = expected_stats(student, teacher.to(device), (weights.to(device) > 0).float(), beta=beta, valid=valid)
-        from verl.utils import tensordict_utils as tu  # lazy: imports transformers
+        from verl.utils import tensordict_utils as tu  # lazy: verl (imports transformers)
 
         tu.assign_non_tensor(data, **{TOPK_STATS_KEY: stats})
     return {TOPK_TERM_KEY: _scatter(per_position, index, student_logits.shape[1])}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import importlib.util
 import re
 import sys
@@ -29,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class LampsEnv(TextEnv):
     """Switch on the lamp the task names (two turns at most: a wrong switch costs a turn)."""
 
+    resets: list[str] = []  # every task reset and every (task, action, won) step, in every instance: what the
+    steps: list[tuple[str, str, bool]] = []  # tests check the env played and scored
+
     def __init__(self, split: str = "train", max_steps: int = 2) -> None:
         self.split, self.max_steps = split, max_steps
         self._task, self._turn = "", 0
@@ -43,11 +47,13 @@ class LampsEnv(TextEnv):
 
     def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
         self._task, self._turn = task_id, 0
+        LampsEnv.resets.append(task_id)
         return "Three lamps are off.", self._info(False)
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         self._turn += 1
         won = action == f"switch {self._task[5:]}"
+        LampsEnv.steps.append((self._task, action, won))
         return ("It lights up." if won else "Wrong lamp."), float(won), won or self._turn >= self.max_steps, \
             self._info(won)
 
@@ -65,8 +71,15 @@ def register() -> None:
 @pytest.fixture()
 def lamps():
     register()
+    LampsEnv.resets.clear()
+    LampsEnv.steps.clear()
     yield NAME
     ENVS.unregister(NAME)
+
+
+def lamp_won(task_id: str, actions: list[str]) -> bool:
+    """The env's own verdict on an episode, recomputed: its last action switched the task's lamp."""
+    return bool(actions) and actions[-1] == f"switch {task_id[5:]}"
 
 
 def test_entry_point_adds_an_environment(monkeypatch):
@@ -121,13 +134,30 @@ def test_no_environment_names_a_module_above_it():
 def test_skillduet_train_plays_it(lamps, tmp_path, capsys):
     from skillduet_plugin.cli import main
 
+    run = tmp_path / "run"
     rc = main(["train", f"env={lamps}", "steps=1", "tasks_per_step=1", "num_generations=2", "train_tasks=2",
                "eval_tasks=2", "eval_training_tasks=0", "eval_samples=0", "eval_before=false", "max_turns=2",
-               "warm_start.enabled=false", "save_steps=0", "threads=1", "--output-dir", str(tmp_path / "run")])
+               "teacher_check_samples=2", "warm_start.enabled=false", "save_steps=0", "threads=1",
+               "--output-dir", str(run)])
     out = capsys.readouterr()
     assert rc == 0, out.err[-2000:]
-    assert (tmp_path / "run" / "metrics.jsonl").read_text().strip()
     assert "panel (test" in out.out + out.err  # its own default panel
+    # its episodes were played and scored by the env: 2 rollouts of the step's task, each judged by the env's rule
+    episodes = [json.loads(line) for line in (run / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(episodes) == 2 and {e["task_id"] for e in episodes} <= set(LampsEnv().tasks)
+    for e in episodes:
+        assert e["scope"] == "lamps" and e["metadata"]["env"] == NAME
+        assert e["success"] == lamp_won(e["task_id"], e["metadata"]["actions"]) and e["reward"] == float(e["success"])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    [metrics] = [r for r in records if "env/won" in r]
+    won = sum(e["success"] for e in episodes) / 2
+    assert metrics["step"] == 1 and metrics["success/lamps"] == metrics["env/won"] == won
+    # the panel: its 2 test tasks, scored as the env's task type
+    panel = json.loads((run / "eval" / "after.json").read_text())["conditions"]["none"]
+    assert panel["episodes"] == 2 and panel["per_type_n"] == {"lamps": 2}
+    # resets: 2 rollouts + the teacher check's 2 with and 2 without the Local skill + 2 panel games
+    assert len(LampsEnv.resets) == 8
+    assert set(LampsEnv.resets) == {e["task_id"] for e in episodes} | set(panel["outcomes"])
 
 
 @pytest.mark.slow
@@ -146,6 +176,11 @@ def test_the_trl_trainer_plays_it(lamps, tmp_path, tiny_model_dir):
     trainer = SkillDuetGRPOTrainer(model=str(tiny_model_dir), args=args, train_dataset=task_dataset(LampsEnv()))
     trainer.train()
     assert trainer.state.global_step == 1
+    # its episodes were played and scored: one task x 2 generations, the won metric is the env's verdict
+    [logged] = [r for r in trainer.state.log_history if "env/won" in r]
+    assert len(LampsEnv.resets) == 2 and LampsEnv.resets[0] == LampsEnv.resets[1] in LampsEnv().tasks
+    assert {task for task, _, _ in LampsEnv.steps} <= {LampsEnv.resets[0]}
+    assert logged["env/won"] == sum(won for _, _, won in LampsEnv.steps) / 2  # a win ends its episode
 
 
 def test_verl_agent_loop_plays_it(lamps, tiny_tokenizer, monkeypatch):

@@ -120,9 +120,12 @@ def test_sigkill_through_the_lifecycle_never_corrupts_the_bank(tmp_path, tiny_to
         phase, step = ctx.Value("i", -1), ctx.Value("i", 0)
         child = ctx.Process(target=_workload, args=(str(tmp_path), tiny_tokenizer, phase, step))
         child.start()
-        deadline = time.monotonic() + 60
-        while phase.value != PHASES.index(target) and time.monotonic() < deadline:
-            time.sleep(0.0005)
+        deadline, reached = time.monotonic() + 60, False
+        while not reached and time.monotonic() < deadline:
+            reached = phase.value == PHASES.index(target)
+            time.sleep(0 if reached else 0.0005)
+        # a wait that timed out would kill the child before any phase and credit the kill to the last one
+        assert reached, f"the child did not reach {target} in 60 s (phase {phase.value})"
         time.sleep(rng.uniform(0, 0.01))
         landed = phase.value
         os.kill(child.pid, signal.SIGKILL)
@@ -137,7 +140,8 @@ def test_sigkill_through_the_lifecycle_never_corrupts_the_bank(tmp_path, tiny_to
         if not plan:  # on a loaded machine a kill can land in the next phase: aim again at a phase hit too rarely
             plan = [p for p in PHASES if kills[p] < 2]
     elapsed = time.perf_counter() - t0
-    assert sum(kills.values()) >= 20 and all(kills[p] >= 2 for p in PHASES), kills
+    # every planned kill landed (24), plus the kills aimed again; each phase was hit at least twice
+    assert sum(kills.values()) == attempts >= len(PHASES) * KILLS_PER_PHASE and min(kills.values()) >= 2, kills
     assert last["consolidations"] >= 5  # the runs made progress between kills
     # a last, uninterrupted run continues on the bank; it restores from its newest snapshot
     phase, step = ctx.Value("i", -1), ctx.Value("i", 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from skillduet_plugin.skills.consolidate import clean_items
 from skillduet_plugin.skills.judge import parse_global_answer, parse_skill_answer
 from skillduet_plugin.skills.sanitize import (degenerate_reason, sanitize_skill, strip_control_tokens,
                                               tokenizer_special_tokens)
@@ -71,5 +72,5 @@ def test_pathological_100kb_answers_are_handled_quickly():
         assert len(raw) >= 90_000
         text, reason = sanitize_skill(parse_skill_answer(raw), 4000)
         assert text is None and reason in ("empty", "too_short", "repetitive", "no_letters")
-        assert parse_global_answer(raw) is not None
+        assert clean_items(parse_global_answer(raw), 4000) == []  # a Global gets none of it as an item
     assert time.perf_counter() - start < 2.0

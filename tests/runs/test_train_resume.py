@@ -5,6 +5,7 @@ first's (TRL's sampler rebuilt on resume would replay the first's: found by a st
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -55,6 +56,15 @@ def _bank(run: Path) -> list:
         bank.close()
 
 
+def _task_order(run: Path) -> list[str]:
+    """The game each RL step played (one per step)."""
+    order = []
+    for path in sorted((run / "trajectories").glob("step_*.jsonl")):
+        [task] = {json.loads(line)["task_id"] for line in path.read_text().splitlines()}
+        order.append(task)
+    return order
+
+
 def _train(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "skillduet_plugin.cli", "train", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
@@ -66,6 +76,12 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(games, tmp_path):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     done = _train(_args(games) + ["--output-dir", str(whole)], env)
     assert done.returncode == 0, done.stderr[-2000:]
+    # what the kill below relies on: the second epoch (steps 3-4) plays both games in the other order than the
+    # first, so a resume that replayed epoch 0's order would train step 3 on the wrong game (with two games this is
+    # a property of the seed, held here; the sampler's own negative control is in tests/trl/test_trl_sampler.py)
+    order = _task_order(whole)
+    assert len(order) == STEPS and set(order[:2]) == set(order[2:]) and len(set(order)) == 2
+    assert order[2:] == order[:2][::-1], order
 
     proc = subprocess.Popen([sys.executable, "-m", "skillduet_plugin.cli", "train", *_args(games),
                              "--output-dir", str(broken)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
@@ -92,6 +108,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(games, tmp_path):
         for key, value in a[step].items():
             assert b[step][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (step, key)
     assert _bank(whole) == _bank(broken)
+    assert _task_order(broken) == order
 
     # stopped after its last RL step (while evaluating): resuming evaluates that step's model, trains no step more
     late = tmp_path / "late"

@@ -9,6 +9,10 @@ import os
 import sys
 
 
+# the last of the 3 steps samples without the weight sync: the trainer's forward then differs from vLLM's
+SKIPPED_SYNC_STEP = 2
+
+
 def main(model_dir: str, out_dir: str) -> None:
     from skillduet_testing.vllm_server import CPU_ENV
 
@@ -26,7 +30,7 @@ def main(model_dir: str, out_dir: str) -> None:
     args = SkillDuetGRPOConfig(**{**CPU_SAFE_DEFAULTS, "output_dir": out_dir, "use_vllm": True,
                                   "vllm_mode": "colocate", "vllm_enable_sleep_mode": False,
                                   "vllm_max_model_length": 1024, "num_generations": 4,
-                                  "per_device_train_batch_size": 4, "max_completion_length": 96, "max_steps": 2,
+                                  "per_device_train_batch_size": 4, "max_completion_length": 96, "max_steps": 3,
                                   "env_name": "toy", "max_turns": 2, "max_new_tokens_per_turn": 12,
                                   "save_strategy": "no", "seed": 0, "learning_rate": 1e-3, "disable_tqdm": True,
                                   "skillduet": {"consolidation_interval": 1, "opd_coef": 0.2}})
@@ -34,6 +38,7 @@ def main(model_dir: str, out_dir: str) -> None:
     vllm_gen = trainer.vllm_generation
     generated: list[list[list[int]]] = []
     syncs: list[int] = []
+    skipped: list[int] = []
     generate, sync = vllm_gen.llm.generate, vllm_gen.sync_weights
 
     def spy_generate(prompts, params, **kwargs):
@@ -42,6 +47,9 @@ def main(model_dir: str, out_dir: str) -> None:
         return outputs
 
     def spy_sync():
+        if trainer.state.global_step == SKIPPED_SYNC_STEP:  # negative control: vLLM samples with stale weights
+            skipped.append(trainer.state.global_step)
+            return None
         syncs.append(trainer.state.global_step)
         return sync()
 
@@ -62,7 +70,7 @@ def main(model_dir: str, out_dir: str) -> None:
     bank = trainer.lifecycle.bank
     report = {"logs": trainer.state.log_history, "generate_calls": len(generated),
               "generated_tokens": sum(len(ids) for call in generated for ids in call),
-              "generated": generated, "episodes": episodes, "syncs": syncs,
+              "generated": generated, "episodes": episodes, "syncs": syncs, "skipped_syncs": skipped,
               "candidates": [c.text for c in bank.candidates()],
               "scored": sum(1 for c in bank.candidates() if c.scores.get("strength") is not None),
               "globals": [v.version for v in bank.history()]}

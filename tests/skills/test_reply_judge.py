@@ -71,12 +71,13 @@ def test_negative_controls_each_rule_does_the_rejecting(monkeypatch):
     # without the task the restated sentence passes; without the chatter rules the talk passes
     assert _verdict(dict(by_id["issue-task-cd"], task="")).reason == "task_restated"  # "The task is ..." itself
     assert judge_skill_reply("Look at cd under the desklamp.", task="look at cd under the desklamp.").text is None
-    assert judge_skill_reply("Look at cd under the desklamp.", task="").text is not None
+    assert judge_skill_reply("Look at cd under the desklamp.", task="").text == "Look at cd under the desklamp."
     monkeypatch.setattr(judge, "_CHATTER", [])
     assert _verdict(by_id["issue-meta"]).text is not None
     monkeypatch.undo()
     # a form opened and closed is not truncated: the same line is kept
-    assert judge_skill_reply("<skill>\n- Search the sidetables before the lamp\n</skill>").text is not None
+    kept = judge_skill_reply("<skill>\n- Search the sidetables before the lamp\n</skill>").text
+    assert kept == "- Search the sidetables before the lamp"
 
 
 def test_global_items_keep_class_level_advice_only():

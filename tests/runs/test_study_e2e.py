@@ -28,7 +28,7 @@ def _command(games: Path, out: Path) -> list[str]:
 
 def _resumable(run: Path) -> bool:
     from skillduet_plugin.config import ConfigError
-    from skillduet_plugin.runs.trl_runner import resume_point
+    from skillduet_plugin.runs.trl_runner import resume_point  # imported before the study starts (see the test)
 
     try:
         return (run / "config.yaml").is_file() and resume_point(run) is not None
@@ -45,6 +45,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_study_killed_midway_resumes_and_reports_every_method(games, tmp_path):
     out = tmp_path / "study"
+    _resumable(out)  # its imports take seconds on a loaded machine: done now, the polling below must be fast
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(_command(games, out), cwd=tmp_path, env=_env(tmp_path), stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

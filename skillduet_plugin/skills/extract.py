@@ -67,17 +67,18 @@ def group_by_task(trajectories: Iterable[Trajectory]) -> "OrderedDict[str, list[
     groups: dict[str, list[Trajectory]] = {}
     for t in trajectories:
         groups.setdefault(t.group_key, []).append(t)
-    return OrderedDict((k, sorted(groups[k], key=lambda t: t.traj_id)) for k in sorted(groups))
+    return OrderedDict((k, sorted(groups[k], key=lambda t: t.order_key)) for k in sorted(groups))
 
 
 def choose_pair(group: Sequence[Trajectory]) -> tuple[Trajectory, Trajectory] | None:
-    """The (success, failure) pair of a group: highest-reward success, lowest-reward failure, ties by traj_id."""
+    """The (success, failure) pair of a group: highest-reward success, lowest-reward failure, ties by
+    ``Trajectory.order_key``."""
     successes = [t for t in group if t.success]
     failures = [t for t in group if not t.success]
     if not successes or not failures:
         return None
-    best = min(successes, key=lambda t: (-float(t.reward), t.traj_id))
-    worst = min(failures, key=lambda t: (float(t.reward), t.traj_id))
+    best = min(successes, key=lambda t: (-float(t.reward), t.order_key))
+    worst = min(failures, key=lambda t: (float(t.reward), t.order_key))
     return best, worst
 
 

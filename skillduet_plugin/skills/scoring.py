@@ -55,9 +55,11 @@ def _scorable(t: Trajectory) -> bool:
             and any(t.completion_mask))
 
 
-def _order_key(skill_id: str, traj_id: str) -> str:
-    # A per-skill pseudo-random but reproducible order, so capped held-out sets differ across skills.
-    return hashlib.sha256(f"{skill_id}|{traj_id}".encode()).hexdigest()
+def _order_key(skill_id: str, traj: Trajectory) -> tuple[str, str]:
+    # A per-skill pseudo-random but reproducible order, so capped held-out sets differ across skills; it hashes
+    # Trajectory.order_key, which holds no per-run random part (verl's prompt uids), so a resumed run picks the same.
+    order_id, traj_id = traj.order_key
+    return hashlib.sha256(f"{skill_id}|{order_id}".encode()).hexdigest(), traj_id
 
 
 def heldout_set(skill: Skill, trajectories: Sequence[Trajectory], policy: str, max_heldout: int) -> list[Trajectory]:
@@ -83,7 +85,7 @@ def heldout_set(skill: Skill, trajectories: Sequence[Trajectory], policy: str, m
             raise ValueError(f"heldout={policy!r} is invalid here: the pairwise estimator takes "
                              f"{', '.join(PAIRWISE_POLICIES)} (heldout='teacher' is skills.teacher_scoring)")
         pool.append(t)
-    pool.sort(key=lambda t: _order_key(skill.skill_id, t.traj_id))
+    pool.sort(key=lambda t: _order_key(skill.skill_id, t))
     return pool[:max_heldout]
 
 

@@ -53,6 +53,10 @@ class Trajectory:
         base_logps: per completion token, log p(y | student prompt) under the rollout weights (old log-probs).
         local_skill_id: the Local skill serving as this trajectory's teacher context, if any.
         global_version: the Global version that was in the prompt.
+        order_id: what orders trajectories wherever an order decides something (a group's members, ties in the
+            analyzer's pair, a capped held-out set); empty means ``traj_id``. An adapter whose ``traj_id`` holds a
+            per-run random part (verl's prompt uid) sets one without it, so that a resumed run scores the same
+            rows as the uninterrupted one.
     """
 
     traj_id: str
@@ -74,11 +78,17 @@ class Trajectory:
     local_skill_id: str | None = None
     global_version: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    order_id: str = ""
 
     @property
     def group_key(self) -> str:
         """Trajectories of one task at one step form a rollout group."""
         return f"{self.step}:{self.task_id}"
+
+    @property
+    def order_key(self) -> tuple[str, str]:
+        """Sort key wherever an order decides something: ``order_id`` (or ``traj_id``), then ``traj_id``."""
+        return (self.order_id or self.traj_id, self.traj_id)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

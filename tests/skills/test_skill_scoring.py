@@ -138,3 +138,32 @@ def test_lifecycle_score_with_tiny_model_matches_independent_forward(tmp_path, t
     assert got["contrast"] == pytest.approx(expected[1] - expected[0], rel=1e-4, abs=1e-6)  # c wins, b fails
     cached = lc.bank.candidates()[0]
     assert cached.scores["strength"] == pytest.approx(got["strength"]) and cached.metadata["n_heldout"] == 2
+
+
+def _run_of(uid_prefix: str, order_ids: bool) -> list:
+    """One step's six trajectories of two tasks under verl-style keys ``{uid}_{session}_{index}`` whose uid part
+    is drawn per run; with ``order_ids`` each also carries the id the verl adapter sets (the task with the rest)."""
+    out = []
+    for k, task in enumerate(("tB", "tC")):
+        for session in range(3):
+            t = make_traj(f"{uid_prefix}{k}-{task}_{session}_0", task_id=task, completion_len=4)
+            if order_ids:
+                t.order_id = f"{task}_{session}_0"
+            out.append(t)
+    return out
+
+
+def _picked(trajectories, skill) -> list[str]:
+    chosen = heldout_set(skill, trajectories, "same_scope", 2)
+    return [t.order_id or t.traj_id.partition("_")[2] + t.task_id for t in chosen]
+
+
+def test_capped_heldout_set_ignores_a_per_run_random_part_of_the_trajectory_id():
+    """A resumed verl run draws other prompt uids: with order ids it scores the same two held-out rows of six; the
+    negative control (the raw ids) picks other rows for one of these uid draws, as a CI run saw (Strength 0.0014
+    uninterrupted vs 0.00098 resumed on the same skills)."""
+    skill = _skill("- Search receptacles.", sources=("nothing",), task_id="tA")
+    draws = ["dd5561", "dfcd21", "8d5dc4", "c8a5c1"]
+    picked = {tuple(_picked(_run_of(d, True), skill)) for d in draws}
+    assert len(picked) == 1 and len(next(iter(picked))) == 2, picked
+    assert len({tuple(_picked(_run_of(d, False), skill)) for d in draws}) > 1

@@ -57,13 +57,13 @@ def _trl_trajectory(chat, lifecycle):
     return to_trajectory(ep, step=1, traj_id="1-toy-3-0")
 
 
-def _verl_trajectory(chat, lifecycle, scope_setting):
+def _verl_trajectory(chat, lifecycle, scope_setting, key="1-toy-3-0"):
     server = FakeServer(_turns(chat), logps=LOGPS)
     globals_ = FakeGlobals(lookup=lifecycle.global_for)
     out = run_agent_loop(chat.tokenizer, server, globals_, toy_agent_config(f"skillduet.scope={scope_setting}"))
     assert globals_.scopes == [SCOPES[scope_setting]]  # the Global of the configured scope was read
     # exactly what the skillduet_sync trainer does with the TransferQueue rows (old log-probs = rollout's here)
-    [(_, traj)] = build_trajectories(["1-toy-3-0"], [out.extra_fields["skillduet"]], [torch.tensor(out.prompt_ids)],
+    [(_, traj)] = build_trajectories([key], [out.extra_fields["skillduet"]], [torch.tensor(out.prompt_ids)],
                                      [torch.tensor(out.response_ids)], [torch.tensor(out.response_mask)],
                                      [torch.tensor(out.response_logprobs)], step=1)
     return traj, out
@@ -105,6 +105,17 @@ def test_collector_and_agent_loop_give_the_same_trajectory(tiny_tokenizer, tmp_p
     assert f"Initial observation: {INITIAL_OBS}" in text
     assert "Step 1. Action: look\nObservation: Nothing happens." in text
     assert "Step 3. Action: take key\nObservation: You take key." in text
+
+
+def test_a_transfer_queue_key_orders_by_task_and_session_not_by_the_random_uid(tiny_tokenizer, tmp_path):
+    """verl's keys are ``{uid}_{session}_{index}`` with a uid drawn per run: the order id (what held-out sets and
+    pair ties sort by) is the task with the rest, equal for two runs that drew other uids."""
+    chat = ChatTokenizer(tiny_tokenizer)
+    lifecycle = _lifecycle(tmp_path, tiny_tokenizer, "task_type")
+    one, _ = _verl_trajectory(chat, lifecycle, "task_type", key="dd556134-5514_2_0")
+    two, _ = _verl_trajectory(chat, lifecycle, "task_type", key="dfcd21d8-3caf_2_0")
+    assert one.traj_id != two.traj_id and one.order_id == two.order_id == "toy-3_2_0"
+    assert one.order_key < ("toy-3_3_0", "")  # sorts by the order id first
 
 
 def test_the_old_verl_record_mapping_misaligns_the_analyzer_input(tiny_tokenizer, tmp_path):

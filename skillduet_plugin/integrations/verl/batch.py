@@ -52,7 +52,8 @@ def build_trajectories(keys: Sequence[str], records: Sequence[dict[str, Any] | N
 
     ``base_logps`` are the old log-probs (rollout weights, student prompt): Strength scoring reuses them. The
     record becomes an episode again and goes through the same mapping as the TRL path
-    (``rollout.engine.to_trajectory``), so both hand the analyzer the same turns.
+    (``rollout.engine.to_trajectory``), so both hand the analyzer the same turns. ``keys`` are TransferQueue keys
+    ``{uid}_{session}_{index}``; the prompt uid is random per run, so the order id is the task with the rest.
     """
     out: list[tuple[int, Trajectory]] = []
     for i, key in enumerate(keys):
@@ -62,7 +63,10 @@ def build_trajectories(keys: Sequence[str], records: Sequence[dict[str, Any] | N
         episode = episode_from_record(record, prompt_ids=prompts[i].tolist(), completion_ids=responses[i].tolist(),
                                       completion_mask=response_masks[i].tolist())
         base = [float(x) for x in old_log_probs[i].tolist()] if old_log_probs is not None else None
-        out.append((i, to_trajectory(episode, step=int(step), traj_id=str(key), base_logps=base)))
+        traj = to_trajectory(episode, step=int(step), traj_id=str(key), base_logps=base)
+        _, sep, rest = str(key).partition("_")
+        traj.order_id = f"{traj.task_id}_{rest}" if sep else ""
+        out.append((i, traj))
     return out
 
 

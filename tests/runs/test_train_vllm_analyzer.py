@@ -2,7 +2,9 @@
 CPU build) on 127.0.0.1: every request reaches the server and comes back within its reply budget, the parse-failure
 rate is exactly what parsing makes of the server's raw replies, the bank holds exactly the replies that survived,
 a Global is the synthesizer's merge or a counted fallback, ``skillduet skills show`` prints it. One server for the
-module. (Greedy SmolLM2-135M copies the trajectory back instead of writing advice: see docs/vllm.md.)"""
+module. Greedy SmolLM2-135M copies the trajectory back instead of writing advice (docs/vllm.md), so its bank may stay
+empty: the second test has the server decode a fixed advice text (vLLM's structured outputs with that text as the
+regex), so that Local skills, a consolidation and a synthesizer reply through the same server path are checked."""
 
 from __future__ import annotations
 
@@ -115,3 +117,67 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     shown = " ".join(capsys.readouterr().out.split())
     for v in versions:
         assert v.items[0][:40] in shown
+
+
+ADVICE = ("<skill>\n- Open every closed receptacle before you search it\n"
+          "- Take the target object as soon as you see it\n</skill>")
+
+
+def test_server_decoded_advice_reaches_the_bank_and_the_synthesizer(server, games, tmp_path, monkeypatch, capsys):
+    """The analyzer's requests carry vLLM's structured outputs with ADVICE as the regex (the product's
+    ``reply_form=regex`` path with a one-string pattern): the server decodes exactly that advice, the judge keeps
+    it, it is a Local skill of every analysed group, the consolidation at step 2 sends the synthesizer's request to
+    the same server, and the Global is its merge or a counted fallback, printed by ``skills show``."""
+    from skillduet_plugin.cli import main
+    from skillduet_plugin.llm import openai_backend
+    from skillduet_plugin.skills.bank import SkillBank
+    from skillduet_plugin.skills.consolidate import clean_items
+    from skillduet_plugin.skills.judge import parse_global_answer
+
+    monkeypatch.setenv("SKILLDUET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(openai_backend, "request_fields",
+                        lambda form: {"structured_outputs": {"regex": ADVICE.replace("\n", "\\n")}})
+    replies: list[tuple[str, str]] = []
+    complete = openai_backend.OpenAIBackend._complete
+
+    async def recording(self, request):
+        text = await complete(self, request)
+        replies.append((self.role, text))
+        return text
+
+    monkeypatch.setattr(openai_backend.OpenAIBackend, "_complete", recording)
+    out = tmp_path / "run"
+    code = main(["train", f"data_dir={games}", "model=tiny", "steps=2", "tasks_per_step=1", "num_generations=2",
+                 "max_turns=2", "max_new_tokens_per_turn=32", "eval_tasks=1", "warm_start.games=2",
+                 "warm_start.steps=2", "skillduet.consolidation_interval=2", *BUDGETS,
+                 *_backend(server, "analyzer"), "skillduet.analyzer.reply_form=regex",
+                 *_backend(server, "synthesizer"), "--output-dir", str(out)])
+    assert code == 0
+    capsys.readouterr()
+    last = [r for r in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines())
+            if "event" not in r][-1]
+    bank = SkillBank(out / "skill_bank.sqlite", readonly=True)
+    try:
+        candidates, versions = bank.candidates(), bank.history()
+    finally:
+        bank.close()
+    analyzed = [text for role, text in replies if role == "analyzer"]
+    synthesized = [text for role, text in replies if role == "synthesizer"]
+    with capsys.disabled():
+        print(f"forced advice: {len(analyzed)} analyzer replies, {len(candidates)} Local skills, "
+              f"{len(versions)} Global versions; synthesizer replies {synthesized!r}")
+
+    # the server decoded the advice for every request, and it was sent constrained, never refused
+    assert analyzed and set(analyzed) == {ADVICE}
+    assert last["skills/analyzer_requests"] == len(analyzed) and last["skills/analyzer_constrained"] == len(analyzed)
+    # the judge kept it: the bank's Local skills are its two lines, and nothing was rejected
+    lines = ("Open every closed receptacle before you search it", "Take the target object as soon as you see it")
+    assert candidates and all(all(line in c.text for line in lines) for c in candidates)
+    assert last["skills/analyzer_parse_failure_rate"] == 0.0
+    # the consolidation asked the synthesizer on the same server, and the Global is its merge or a counted fallback
+    assert len(synthesized) >= 1 and versions
+    merged = bool(clean_items(parse_global_answer(synthesized[0]) or [], 4000))
+    assert versions[0].items and versions[0].report["fallback"] is (not merged)
+    assert main(["skills", "show", str(out)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert versions[-1].items[0][:40] in shown

@@ -1,4 +1,5 @@
-"""Two CPU processes (gloo, launched with torchrun): one bank writer, one Global version everywhere."""
+"""Two CPU processes (gloo, launched with torchrun): one bank writer, one Global version everywhere, and the OPD
+term of each rank such that their DDP average is Eq. 1 over both ranks' tokens, as one process would compute it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,33 @@ import pytest
 from skillduet_plugin.skills.bank import BANK_FILENAME, SkillBank
 
 SCRIPT = Path(__file__).with_name("multiproc_run.py")
+
+
+def assert_opd_is_eq1_over_both_ranks(calls0: list[dict], calls1: list[dict]) -> None:
+    """Per optimizer step: both ranks divide by the same count, the supervised tokens of both ranks together;
+    the mean over ranks of their summed OPD terms (what DDP's gradient averaging applies) equals Eq. 1 over the
+    union of their micro-batches, rebuilt from each micro-batch's own Eq. 1 (``core.opd.opd_loss``) and count."""
+    steps = sorted({c["step"] for c in calls0 + calls1})
+    assert {c["scale"] for c in calls0 + calls1} == {1.0}  # here one generation batch is one optimizer step
+    assert steps and {c["step"] for c in calls0} == {c["step"] for c in calls1} == set(steps)
+    checked = 0
+    for step in steps:
+        mine = [[c for c in calls if c["step"] == step] for calls in (calls0, calls1)]
+        union_items = sum(c["local_items"] for calls in mine for c in calls)
+        assert {c["num_items"] for calls in mine for c in calls} == {union_items}, step  # one count, all ranks
+        if union_items == 0:
+            continue
+        union = sum(c["local_loss"] * c["local_items"] for calls in mine for c in calls) / union_items
+        averaged = sum(sum(c["term"] for c in calls) for calls in mine) / 2
+        assert averaged == pytest.approx(union, rel=1e-5, abs=1e-7), step
+        # negative control: each rank normalising by its own count (the mean of the two ranks' own Eq. 1) differs
+        # whenever their counts and losses differ
+        own = [sum(c["local_loss"] * c["local_items"] for c in calls) / max(1.0, sum(c["local_items"] for c in calls))
+               for calls in mine]
+        if abs(own[0] - own[1]) > 1e-4 and len({sum(c["local_items"] for c in calls) for calls in mine}) == 2:
+            assert sum(own) / 2 != pytest.approx(union, rel=1e-5, abs=1e-7), step
+        checked += 1
+    assert checked >= 1  # at least one step had supervised tokens on some rank
 
 
 @pytest.mark.slow
@@ -36,6 +64,7 @@ def test_two_processes_share_one_bank_and_one_global(tiny_model_dir, tmp_path):
     assert [h["global_versions"] for h in r0["history"]] == [h["global_versions"] for h in r1["history"]]
     assert any(v is not None for h in r0["history"] for v in h["global_versions"])
     assert r0["globals"] == r1["globals"]
+    assert_opd_is_eq1_over_both_ranks(r0["opd"], r1["opd"])
     # Written once: one candidate row per extracted (skill, step), no duplicates from the second process.
     bank = SkillBank(tmp_path / BANK_FILENAME, readonly=True)
     try:

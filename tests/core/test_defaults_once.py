@@ -24,14 +24,6 @@ GENERIC = {"seed"}
 #: Signature defaults that still restate a setting, each with why it is left for now. The test also fails when
 #: one of them is gone, so that this list only shrinks.
 KNOWN = {
-    "integrations/verl/loss.py:skillduet_ppo_loss(gate_beta)": "verl loss signatures: next step, with verl tests",
-    "integrations/verl/loss.py:skillduet_ppo_loss(policy_loss_coef)": "as above",
-    "integrations/verl/loss.py:skillduet_ppo_loss(estimator)": "as above",
-    "integrations/verl/loss.py:skillduet_ppo_loss(topk)": "as above",
-    "integrations/verl/loss.py:make_loss_fn(gate_beta)": "as above",
-    "integrations/verl/loss.py:make_loss_fn(policy_loss_coef)": "as above",
-    "integrations/verl/loss.py:make_loss_fn(estimator)": "as above",
-    "integrations/verl/loss.py:make_loss_fn(topk)": "as above",
     "rollout/collector.py:run_episodes(action_selection)": "17 callers; the episode loop takes EpisodeSettings next",
     "rollout/engine.py:__init__(action_selection)": "as above",
     "rollout/engine.py:__init__(scope)": "as above",

@@ -3,6 +3,7 @@ server and a Global server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -10,10 +11,24 @@ from typing import Any
 
 import torch
 
+from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill
 
 HINDSIGHT_HEADER = LOCAL_HEADER
+
+
+def loss_settings(**changes: Any) -> dict[str, Any]:
+    """The method keywords of ``make_loss_fn`` / ``skillduet_ppo_loss``: the declared ``skillduet`` defaults (as
+    the trainer passes them from its config), with ``changes``."""
+    declared = {f.name: f.default for f in dataclasses.fields(SkillDuetConfig)}
+    settings = {"opd_coef": declared["opd_coef"], "gate_beta": declared["gate_beta"],
+                "policy_loss_coef": declared["policy_loss_coef"], "estimator": declared["opd_estimator"],
+                "topk": declared["opd_topk"]}
+    unknown = set(changes) - set(settings)
+    if unknown:
+        raise TypeError(f"loss_settings: unknown keyword(s) {sorted(unknown)}; known: {sorted(settings)}")
+    return {**settings, **changes}
 
 
 class FakeLifecycle:

@@ -28,6 +28,8 @@ def test_actor_worker_log_probs_and_opd_training_step(tiny_model_dir, monkeypatc
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     from skillduet_plugin.core.logprobs import response_logprobs
+    from fakes import loss_settings
+
     from skillduet_plugin.integrations.verl.batch import nested
     from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,
                                                          opd_token_weights)
@@ -53,7 +55,7 @@ def test_actor_worker_log_probs_and_opd_training_step(tiny_model_dir, monkeypatc
         wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
         wg.init_model()
         actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-        wg.set_loss_fn(make_loss_fn(actor_cfg, opd_coef=0.5, gate_beta=5.0))
+        wg.set_loss_fn(make_loss_fn(actor_cfg, **loss_settings(opd_coef=0.5, gate_beta=5.0)))
 
         contexts = [[5, 6, 7, 8], [9, 10, 11], [5, 6, 7, 8, 12, 13], [14, 15]]
         responses = [[20, 21, 22], [23, 24], [20, 21, 22], [25, 26, 27, 28]]

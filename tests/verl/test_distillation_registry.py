@@ -17,6 +17,7 @@ pytest.importorskip("verl")
 
 from tensordict import TensorDict  # noqa: E402
 
+from fakes import loss_settings  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import nested  # noqa: E402
 from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, skillduet_ppo_loss  # noqa: E402
 
@@ -83,7 +84,7 @@ def test_registered_loss_and_plugin_loss_give_the_same_gradient(coef):
     from verl.trainer.distillation.losses import distillation_ppo_loss
 
     td, out, leaf = batch(far_token=True)
-    ours, our_metrics = skillduet_ppo_loss(actor_config(), out, td, opd_coef=coef)
+    ours, our_metrics = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=coef))
     theirs, metrics = distillation_ppo_loss(actor_config(), distillation_config(coef, None), out, td)
     assert torch.allclose(ours, theirs, atol=1e-6)
     assert metrics["distillation/loss"].aggregate() == pytest.approx(
@@ -101,7 +102,7 @@ def test_verl_default_clamp_changes_the_gradient_negative_control():
     from verl.trainer.distillation.losses import distillation_ppo_loss
 
     td, out, leaf = batch(far_token=True)
-    ours, _ = skillduet_ppo_loss(actor_config(), out, td, opd_coef=1.0)
+    ours, _ = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=1.0))
     theirs, _ = distillation_ppo_loss(actor_config(), distillation_config(1.0, 10.0), out, td)
     (g_ours,) = torch.autograd.grad(ours, leaf, retain_graph=True)
     (g_theirs,) = torch.autograd.grad(theirs, leaf)

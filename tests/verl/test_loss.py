@@ -11,6 +11,7 @@ pytest.importorskip("verl")
 
 from tensordict import TensorDict  # noqa: E402
 
+from fakes import loss_settings  # noqa: E402
 from skillduet_plugin.core.opd import opd_loss  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import nested  # noqa: E402
 from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY, make_loss_fn,  # noqa: E402
@@ -63,7 +64,7 @@ def test_engine_loss_is_ppo_plus_lambda_opd():
 
     td, out, leaf = micro_batch()
     ppo, _ = ppo_loss(actor_config(), out, td)
-    total, metrics = skillduet_ppo_loss(actor_config(), out, td, opd_coef=0.3, gate_beta=5.0)
+    total, metrics = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=0.3, gate_beta=5.0))
     student = no_padding_2_padding(out["log_probs"], td)
     mask = padded(td, "response_mask")
     expected_opd, _ = opd_loss(student, padded(td, TEACHER_LOGPROBS_KEY), mask, beta=5.0)
@@ -85,7 +86,7 @@ def test_rows_without_local_skill_get_no_opd_term(global_tokens):
     n_response_tokens = sum(RESP_LENS) - 1
     td, out, leaf = micro_batch(opd_rows=(1.0, 0.0, 1.0), batch_num_tokens=n_response_tokens if global_tokens else None)
     ppo, _ = ppo_loss(actor_config(), out, td)
-    total, _ = skillduet_ppo_loss(actor_config(), out, td, opd_coef=1.0)
+    total, _ = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=1.0))
     student = no_padding_2_padding(out["log_probs"], td)
     resp_mask = padded(td, "response_mask")
     opd_mask = resp_mask * padded(td, OPD_MASK_KEY)
@@ -107,17 +108,17 @@ def test_zero_coef_is_exactly_ppo_and_missing_keys_are_named():
 
     td, out, _ = micro_batch()
     ppo, _ = ppo_loss(actor_config(), out, td)
-    total, metrics = skillduet_ppo_loss(actor_config(), out, td, opd_coef=0.0)
+    total, metrics = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=0.0))
     assert torch.equal(total, ppo) and "skillduet/opd_loss" not in metrics
     del td[TEACHER_LOGPROBS_KEY]
     with pytest.raises(KeyError, match="skillduet_sync"):
-        skillduet_ppo_loss(actor_config(), out, td, opd_coef=0.1)
+        skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=0.1))
 
 
 def test_loss_fn_pickles_for_set_loss_fn():
     import cloudpickle
 
-    fn = make_loss_fn(actor_config(), opd_coef=0.2, gate_beta=4.0)
+    fn = make_loss_fn(actor_config(), **loss_settings(opd_coef=0.2, gate_beta=4.0))
     clone = pickle.loads(cloudpickle.dumps(fn))
     td, out, _ = micro_batch()
     assert torch.allclose(clone(model_output=out, data=td)[0], fn(model_output=out, data=td)[0])

@@ -10,6 +10,7 @@ pytest.importorskip("verl")
 
 from tensordict import TensorDict  # noqa: E402
 
+from fakes import loss_settings  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import nested  # noqa: E402
 from skillduet_plugin.integrations.verl.loss import (OPD_MASK_KEY, TEACHER_LOGPROBS_KEY,  # noqa: E402
                                                      skillduet_ppo_loss)
@@ -82,7 +83,7 @@ def _opd_grads(rows, splits, *, dp_size):
     opd_total = 0.0
     for idx in splits:
         td, out = _micro_batch(rows, idx, weights, dp_size=dp_size, batch_num_tokens=n_tokens)
-        total, _ = skillduet_ppo_loss(actor_config(), out, td, opd_coef=1.0, gate_beta=BETA)
+        total, _ = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=1.0, gate_beta=BETA))
         ppo, _ = ppo_loss(actor_config(), out, td)
         opd_total = opd_total + (total - ppo) / dp_size  # DDP averages the ranks' gradients
     return torch.autograd.grad(opd_total, [row["full"] for row in rows])
@@ -112,7 +113,7 @@ def test_negative_control_unit_weights_are_not_eq1():
     rows = _rows()
     ones = [torch.ones(r) * float(ok) for _, r, ok in ROWS]
     td, out = _micro_batch(rows, [0, 1, 2, 3, 4], ones, dp_size=1, batch_num_tokens=sum(r for _, r, _ in ROWS))
-    total, _ = skillduet_ppo_loss(actor_config(), out, td, opd_coef=1.0, gate_beta=BETA)
+    total, _ = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=1.0, gate_beta=BETA))
     opd = total - ppo_loss(actor_config(), out, td)[0]
     assert abs(opd.item() - _eq1(rows).item()) > 1e-3
 
@@ -123,7 +124,7 @@ def test_unsupervised_micro_batch_without_global_info_is_zero_not_nan():
     rows = _rows()
     zeros = [torch.zeros(r) for _, r, _ in ROWS]
     td, out = _micro_batch(rows, [4], zeros, dp_size=1, batch_num_tokens=None)
-    total, metrics = skillduet_ppo_loss(actor_config(), out, td, opd_coef=1.0, gate_beta=BETA)
+    total, metrics = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=1.0, gate_beta=BETA))
     assert torch.isfinite(total) and torch.equal(total, ppo_loss(actor_config(), out, td)[0])
     total.backward()
     assert torch.isfinite(rows[4]["full"].grad).all()

@@ -12,6 +12,7 @@ pytest.importorskip("verl")
 
 from tensordict import TensorDict  # noqa: E402
 
+from fakes import loss_settings  # noqa: E402
 from skillduet_plugin.core.opd import opd_expected  # noqa: E402
 from skillduet_plugin.integrations.verl.batch import nested  # noqa: E402
 from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, make_loss_fn, opd_token_weights  # noqa: E402
@@ -96,7 +97,8 @@ def test_topk_loss_and_gradient_equal_core_function(coef):
     from verl.workers.utils.losses import ppo_loss
 
     td, logits, ids_full, ids, teacher, masks = batch()
-    fn = make_loss_fn(actor_config(), opd_coef=0.3, gate_beta=BETA, policy_loss_coef=coef, estimator="topk", topk=K)
+    settings = loss_settings(opd_coef=0.3, gate_beta=BETA, policy_loss_coef=coef, estimator="topk", topk=K)
+    fn = make_loss_fn(actor_config(), **settings)
     out = model_output(fn, td, logits, ids_full)
     total, metrics = fn(model_output=out, data=td)
     ppo, _ = ppo_loss(actor_config(), {"log_probs": out["log_probs"]}, td)
@@ -115,7 +117,7 @@ def test_topk_loss_and_gradient_equal_core_function(coef):
 def test_topk_gradient_negative_control_off_by_one():
     """The teacher's rows one position off: the test's assertion fails (the position mapping is what is tested)."""
     td, logits, ids_full, ids, teacher, masks = batch(shift=1)
-    fn = make_loss_fn(actor_config(), opd_coef=1.0, gate_beta=BETA, estimator="topk", topk=K)
+    fn = make_loss_fn(actor_config(), **loss_settings(opd_coef=1.0, gate_beta=BETA, estimator="topk", topk=K))
     total, _ = fn(model_output=model_output(fn, td, logits, ids_full), data=td)
     _, _, _, true_ids, true_teacher, _ = batch()
     (g_total,) = torch.autograd.grad(total, logits, retain_graph=True)
@@ -127,10 +129,11 @@ def test_policy_loss_coef_scales_ppo_loss_only():
     from verl.workers.utils.losses import ppo_loss
 
     td, logits, ids_full, *_ = batch()
-    out = model_output(make_loss_fn(actor_config(), opd_coef=0.0, topk=K), td, logits, ids_full)
+    out = model_output(make_loss_fn(actor_config(), **loss_settings(opd_coef=0.0, topk=K)), td, logits, ids_full)
     ppo, _ = ppo_loss(actor_config(), {"log_probs": out["log_probs"]}, td)
     for coef in (1.0, 0.25, 0.0):
-        total, _ = make_loss_fn(actor_config(), opd_coef=0.0, policy_loss_coef=coef)(model_output=out, data=td)
+        fn = make_loss_fn(actor_config(), **loss_settings(opd_coef=0.0, policy_loss_coef=coef))
+        total, _ = fn(model_output=out, data=td)
         assert torch.allclose(total, coef * ppo), coef
 
 
@@ -140,7 +143,7 @@ def test_teacher_request_returns_topk_of_response_positions():
 
     td, logits, ids_full, *_ = batch()
     tu.assign_non_tensor(td, **{TEACHER_TOPK_REQUEST: K})
-    fn = make_loss_fn(actor_config(), opd_coef=0.3, estimator="topk", topk=K)
+    fn = make_loss_fn(actor_config(), **loss_settings(opd_coef=0.3, estimator="topk", topk=K))
     out = model_output(fn, td, logits, ids_full)
     loss, metrics = fn(model_output=out, data=td)
     assert float(loss) == 0.0 and metrics == {}

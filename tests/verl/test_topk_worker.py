@@ -45,6 +45,8 @@ def test_topk_teacher_pass_and_update_through_the_engine(tiny_model_dir, monkeyp
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
+    from fakes import loss_settings
+
     from skillduet_plugin.integrations.verl.batch import nested
     from skillduet_plugin.integrations.verl.loss import OPD_MASK_KEY, make_loss_fn, opd_token_weights
     from skillduet_plugin.integrations.verl.teacher import compute_response_logprobs, logprob_batch
@@ -70,7 +72,7 @@ def test_topk_teacher_pass_and_update_through_the_engine(tiny_model_dir, monkeyp
         wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
         wg.init_model()
         actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-        wg.set_loss_fn(make_loss_fn(actor_cfg, opd_coef=1.0, gate_beta=5.0, estimator="topk", topk=K))
+        wg.set_loss_fn(make_loss_fn(actor_cfg, **loss_settings(opd_coef=1.0, estimator="topk", topk=K)))
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
 
         teacher_ctx = [[5, 6, 7, 8, 30, 31], [9, 10, 11, 32], [5, 6, 7, 8, 12, 13, 33], [14, 15, 34]]

@@ -59,9 +59,8 @@ def _fit_width(tensor: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any = None, dp_group: Any = None, *,
-                       opd_coef: float, gate_beta: float = 5.0, policy_loss_coef: float = 1.0,
-                       estimator: str = "sampled", topk: int = 8, student_logits: torch.Tensor | None = None,
-                       data_format: str = "thd") -> Any:
+                       opd_coef: float, gate_beta: float, policy_loss_coef: float, estimator: str, topk: int,
+                       student_logits: torch.Tensor | None = None, data_format: str = "thd") -> Any:
     """``policy_loss_coef * ppo_loss + opd_coef * L_OPD`` on one micro-batch, L_OPD normalised as Eq. 1 over the
     batch (module text).
 
@@ -187,9 +186,11 @@ def opd_token_weights(response_masks: Sequence[torch.Tensor], supervised: Sequen
     return [m.to(torch.float32) * (scale if ok else 0.0) for m, ok in zip(response_masks, supervised)]
 
 
-def make_loss_fn(actor_config: Any, *, opd_coef: float, gate_beta: float = 5.0, policy_loss_coef: float = 1.0,
-                 estimator: str = "sampled", topk: int = 8) -> Callable:
-    """The picklable callable for ``actor_rollout_wg.set_loss_fn`` (sent to every rank)."""
+def make_loss_fn(actor_config: Any, *, opd_coef: float, gate_beta: float, policy_loss_coef: float, estimator: str,
+                 topk: int) -> Callable:
+    """The picklable callable for ``actor_rollout_wg.set_loss_fn`` (sent to every rank); the method settings come
+    from the run's ``skillduet`` config (``opd_coef``, ``gate_beta``, ``policy_loss_coef``, ``opd_estimator``,
+    ``opd_topk``), as the ``skillduet_sync`` trainer passes them."""
     if estimator not in ("sampled", "topk"):
         raise ValueError(f"skillduet.opd_estimator={estimator!r} is invalid on verl: use sampled or topk")
     return partial(skillduet_ppo_loss, config=actor_config, opd_coef=float(opd_coef), gate_beta=float(gate_beta),

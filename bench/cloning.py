@@ -54,7 +54,8 @@ def demo_episodes(cache: Path) -> tuple[Path, list]:
         env.close()
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(model_dir))
     episodes = build_cloning_data(records, "alfworld", chat, max_total_tokens=config.max_total_tokens, plans=plans,
-                                  skill_token_budget=ws.skill_token_budget)
+                                  skill_token_budget=ws.skill_token_budget,
+                                  skill_position=config.method_config().skill_position)
     return model_dir, episodes
 
 

@@ -59,7 +59,8 @@ def worker(games: int, steps: int) -> dict:
     plans = plan_skill_sections(records, config.env, skill_fraction=ws.skill_fraction,
                                 skill_token_budget=ws.skill_token_budget, seed=config.seed)
     episodes = build_cloning_data(records, config.env, chat, max_total_tokens=config.max_total_tokens, plans=plans,
-                                  skill_token_budget=ws.skill_token_budget)
+                                  skill_token_budget=ws.skill_token_budget,
+                                  skill_position=config.method_config().skill_position)
     torch.manual_seed(config.seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     t0 = time.perf_counter()

@@ -53,7 +53,7 @@ def probe(model, chat, env, tasks: list[str], env_name: str, max_turns: int, max
     from skillduet_plugin.rollout.engine import EpisodeEngine, Generation
 
     engine = EpisodeEngine(env_name, chat, max_turns=max_turns, max_new_tokens=max_new_tokens,
-                           max_total_tokens=max_total_tokens, action_selection="choose")
+                           max_total_tokens=max_total_tokens, scope="task_type", action_selection="choose")
 
     def response_ids(action: str) -> tuple[int, ...]:
         return tuple(chat.encode(action_response(action)) + [chat.eos_token_id])

@@ -114,7 +114,7 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
                  initial_messages_fn: Callable[..., list[dict[str, str]]] | None = None,
                  turn_message_fn: Callable[..., str] | None = None,
                  project_action_fn: Callable[..., tuple[str, bool]] | None = None,
-                 action_selection: str = "generate", choose_fn: Callable[..., list[Generation]] | None = None,
+                 action_selection: str, choose_fn: Callable[..., list[Generation]] | None = None,
                  action_response_fn: Callable[[str], str] | None = None,
                  student_fns: Sequence[StudentFn | None] | None = None) -> list[Episode]:
     """Play one episode per entry of ``task_ids`` (repeat a task id for a group), all in lockstep.
@@ -137,7 +137,8 @@ def run_episodes(task_ids: Sequence[str], *, env_name: str, pool: Any, generate_
         system_prompt: optional system message for ``initial_messages``.
         initial_messages_fn / turn_message_fn / project_action_fn: replace ``envs.prompts.initial_messages``,
             ``envs.prompts.turn_message`` and ``envs.projection.project_action`` (custom environments).
-        action_selection: ``generate`` (default): the policy writes each turn freely with ``generate_fn``.
+        action_selection: the run's ``action_selection`` setting (``core.episode.EpisodeSettings``).
+            ``generate``: the policy writes each turn freely with ``generate_fn``.
             ``choose``: constrained selection among the admissible actions (the CPU demo's tiny model):
             each admissible action is written as ``action_response_fn(action)`` + eos (default
             ``rollout.choice.action_response``, exactly the warm start's format), ``choose_fn(contexts,

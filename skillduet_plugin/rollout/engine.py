@@ -117,12 +117,12 @@ class EpisodeEngine:
     """
 
     def __init__(self, env_name: str, chat: ChatTokenizer, *, max_turns: int, max_new_tokens: int,
-                 max_total_tokens: int | None, max_completion_tokens: int | None = None, scope: str = "task_type",
+                 max_total_tokens: int | None, max_completion_tokens: int | None = None, scope: str,
                  system_prompt: str | None = None,
                  initial_messages_fn: Callable[..., list[dict[str, str]]] | None = None,
                  turn_message_fn: Callable[..., str] | None = None,
                  project_action_fn: Callable[..., tuple[str, bool]] | None = None,
-                 action_selection: str = "generate", action_response_fn: Callable[[str], str] | None = None) -> None:
+                 action_selection: str, action_response_fn: Callable[[str], str] | None = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns={max_turns!r} must be >= 1")
         if max_new_tokens < 1:

@@ -158,7 +158,7 @@ def summarize(episodes: Sequence[Any], env_name: str) -> dict[str, Any]:
 
 def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
                condition: GlobalCondition, max_turns: int, max_new_tokens: int, max_total_tokens: int,
-               batch_size: int = 64, action_selection: str = "generate", do_sample: bool = False,
+               action_selection: str, batch_size: int = 64, do_sample: bool = False,
                temperature: float = 1.0, student_fns: Sequence[Any] | None = None) -> list[Any]:
     """One episode per entry of ``task_ids`` under ``condition`` (all in lockstep), greedy unless ``do_sample``
     (then sampled at ``temperature`` from torch's global generator, as in the rollouts); ``action_selection=
@@ -184,7 +184,7 @@ def play_panel(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name:
 
 def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, env_name: str, pool: Any,
                         lifecycle: Any = None, conditions: Sequence[str] = CONDITIONS, max_turns: int,
-                        max_new_tokens: int, max_total_tokens: int, action_selection: str = "generate",
+                        max_new_tokens: int, max_total_tokens: int, action_selection: str,
                         samples: int = 0, seed: int = 0, temperature: float = 1.0, log=print) -> dict[str, Any]:
     """Play the panel under each condition; conditions that need a Global are skipped (and listed under
     ``skipped``) when the bank holds none for the panel's scopes. With ``samples`` > 0 the policy is also

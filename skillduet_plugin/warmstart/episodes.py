@@ -126,8 +126,10 @@ def layout_episode(record: ExpertRecord, env_name: str, chat: ChatTokenizer, *, 
     a cloned sequence is token for token what a rollout of the same choices is. ``skill_sections(messages,
     task, scope)`` (if given) inserts skill text into the first prompt. The episode stops before a turn that
     would not fit ``max_total_tokens`` whole (a cut response is never cloned), as the engine truncates."""
+    # the record's scope is its task type: a cloned episode is keyed as it was recorded; the expert's responses are
+    # replayed as generated turns
     engine = EpisodeEngine(env_name, chat, max_turns=max(1, len(record.actions)), max_new_tokens=max_total_tokens,
-                           max_total_tokens=max_total_tokens)
+                           max_total_tokens=max_total_tokens, scope="task_type", action_selection="generate")
 
     def student_fn(prompt: list[dict], task: str, scope: str) -> tuple[list[dict], None]:
         return skill_sections(prompt, task, scope), None
@@ -217,10 +219,10 @@ def synthesized_global(local_texts: Sequence[str], budget_tokens: int) -> str:
 
 def build_cloning_data(records: Sequence[ExpertRecord], env_name: str, chat: ChatTokenizer, *,
                        max_total_tokens: int, plans: Sequence[SkillPlan | None], skill_token_budget: int,
-                       local_token_budget: int = LOCAL_SKILL_TOKENS,
-                       skill_position: str = "after_task") -> list[ClonedEpisode]:
+                       skill_position: str, local_token_budget: int = LOCAL_SKILL_TOKENS) -> list[ClonedEpisode]:
     """Cloning episodes from expert records, each with the skill section of its plan
-    (:func:`plan_skill_sections`), inserted as RL inserts the Global or a teacher's Local skill."""
+    (:func:`plan_skill_sections`), inserted as RL inserts the Global or a teacher's Local skill (at the run's
+    ``skill_position``)."""
     if len(plans) != len(records):
         raise ValueError(f"{len(plans)} skill plans for {len(records)} expert records")
     result = []

@@ -21,16 +21,6 @@ PACKAGE = ROOT / "skillduet_plugin"
 ALIASES = {"beta": "gate_beta", "estimator": "opd_estimator", "topk": "opd_topk"}
 #: names every helper takes for its own purpose (a random helper's seed is no copy of the method's seed)
 GENERIC = {"seed"}
-#: Signature defaults that still restate a setting, each with why it is left for now. The test also fails when
-#: one of them is gone, so that this list only shrinks.
-KNOWN = {
-    "rollout/collector.py:run_episodes(action_selection)": "17 callers; the episode loop takes EpisodeSettings next",
-    "rollout/engine.py:__init__(action_selection)": "as above",
-    "rollout/engine.py:__init__(scope)": "as above",
-    "runs/evaluate.py:play_panel(action_selection)": "runs/evaluate.py is being edited elsewhere",
-    "runs/evaluate.py:evaluate_conditions(action_selection)": "as above",
-    "warmstart/episodes.py:build_cloning_data(skill_position)": "9 callers; the warm start takes its config next",
-}
 
 
 def setting_defaults() -> dict[str, set[str]]:
@@ -101,11 +91,8 @@ def _same(value: str, literal: str) -> bool:
 
 def test_no_signature_restates_a_settings_default():
     found = restated_in_signatures(PACKAGE, setting_defaults())
-    new = {k: v for k, v in found.items() if k not in KNOWN}
-    assert new == {}, "signature defaults that restate a setting's default (take it from the config object): " + \
-        ", ".join(f"{k}={v}" for k, v in sorted(new.items()))
-    gone = sorted(set(KNOWN) - set(found))
-    assert gone == [], f"fixed: remove from KNOWN: {gone}"
+    assert found == {}, "signature defaults that restate a setting's default (take it from the config object): " + \
+        ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
 
 
 def test_no_recipe_or_patch_restates_a_settings_default():

@@ -177,7 +177,8 @@ def test_choose_mode_equals_generating_the_chosen_text(chat, tiny_model):
         return out
 
     generated = run_episodes(["g0", "g1"], env_name="alfworld", pool=ShiftingPool(), generate_fn=replay,
-                             chat=chat, max_turns=3, max_new_tokens=64, max_total_tokens=4096)
+                             chat=chat, max_turns=3, max_new_tokens=64, max_total_tokens=4096,
+                             action_selection="generate")
     for a, b in zip(chosen_eps, generated):
         assert a.tokens.completion_ids == b.tokens.completion_ids
         # the same tokens; choose mode masks the ones every remaining candidate shares (decisive_mask)
@@ -212,7 +213,7 @@ def test_action_selection_is_validated(chat, tiny_model):
     with pytest.raises(ValueError, match="needs choose_fn"):
         run_episodes(["g0"], action_selection="choose", **kw)
     with pytest.raises(ValueError, match="needs generate_fn"):
-        run_episodes(["g0"], **kw)
+        run_episodes(["g0"], action_selection="generate", **kw)
     with pytest.raises(ValueError, match="temperature"):
         hf_choice_fn(tiny_model, chat, temperature=0.0)
 

@@ -48,7 +48,7 @@ def chat(tiny_tokenizer):
 
 def _run(chat, gen, tasks, pool=None, **kw):
     args = dict(env_name="toy", pool=pool or ToyPool(), generate_fn=gen, chat=chat, max_turns=3,
-                max_new_tokens=32, max_total_tokens=2048)
+                max_new_tokens=32, max_total_tokens=2048, action_selection="generate")
     args.update(kw)
     return run_episodes(tasks, **args)
 
@@ -208,7 +208,7 @@ def test_default_prompts_and_projection_are_the_env_modules(chat):
     gen = ScriptedGenerator(chat, [[answer], ["<action>look</action>"]])
     pool = AlfLikePool()
     (ep,) = run_episodes(["g0"], env_name="alfworld", pool=pool, generate_fn=gen, chat=chat, max_turns=5,
-                         max_new_tokens=64, max_total_tokens=4096)
+                         max_new_tokens=64, max_total_tokens=4096, action_selection="generate")
     assert ep.prompt_messages == initial_messages("alfworld", task="put a mug in desk.",
                                                   observation="You are in the middle of a room.",
                                                   admissible_actions=["look", "go to desk 1", "inventory"])

@@ -16,7 +16,7 @@ def chat(tiny_tokenizer):
 
 
 def _engine(chat, **kw):
-    args = dict(max_turns=3, max_new_tokens=32, max_total_tokens=4096)
+    args = dict(max_turns=3, max_new_tokens=32, max_total_tokens=4096, scope="task_type", action_selection="generate")
     args.update(kw)
     return EpisodeEngine("toy", chat, **args)
 

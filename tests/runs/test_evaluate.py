@@ -103,7 +103,8 @@ def test_format_table_alfworld_and_webshop():
 
 def test_evaluate_conditions_on_a_tiny_panel(bank_with_global, tiny_model, tiny_tokenizer):
     lifecycle = eval_lifecycle(str(bank_with_global), SkillDuetConfig(skill_token_budget=256), tiny_tokenizer)
-    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, log=lambda m: None)
+    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, action_selection="generate",
+                  log=lambda m: None)
     first = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle, **kwargs)
     again = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle, **kwargs)
     assert set(first["conditions"]) == {"none", "neutral", "learned"} and first["decoding"] == "greedy"
@@ -139,7 +140,7 @@ def test_sampled_evaluation_is_seeded_and_leaves_the_callers_random_state_alone(
 
     from skillduet_plugin.runs.evaluate import sampled_episodes
 
-    limits = dict(env_name="alfworld", max_turns=3, max_new_tokens=6, max_total_tokens=4096)
+    limits = dict(env_name="alfworld", max_turns=3, max_new_tokens=6, max_total_tokens=4096, action_selection="generate")
     torch.manual_seed(123)
     state = torch.get_rng_state()
     first = sampled_episodes(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=7,
@@ -174,8 +175,8 @@ def test_sampled_evaluation_with_the_learned_global(bank_with_global, tiny_model
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluate, "play_panel", spy)
-    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, log=lambda m: None,
-                  samples=2, seed=3)
+    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, action_selection="generate",
+                  log=lambda m: None, samples=2, seed=3)
     r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle,
                             conditions=("none", "learned"), **kwargs)
     assert played == [("none", False, 4), ("learned", False, 4), ("none", True, 8), ("learned", True, 8)]

@@ -51,7 +51,7 @@ def _clone_data(chat, records, *, max_total_tokens=8192, skill_fraction=0.0, see
     plans = plan_skill_sections(records, "alfworld", skill_fraction=skill_fraction, skill_token_budget=budget,
                                 seed=seed)
     return build_cloning_data(records, "alfworld", chat, max_total_tokens=max_total_tokens, plans=plans,
-                              skill_token_budget=budget)
+                              skill_token_budget=budget, skill_position="after_task")
 
 
 def _scripted_generate(chat, records, student_prompts):
@@ -75,7 +75,7 @@ def test_expert_episode_tokens_equal_a_rollout(chat):
     cloned = _clone_data(chat, records, max_total_tokens=8192, skill_fraction=0.0)
     generate = _scripted_generate(chat, records, [c.tokens.prompt_ids for c in cloned])
     rollouts = run_episodes(TASKS, env_name="alfworld", pool=FakePool(), generate_fn=generate, chat=chat,
-                            max_turns=10, max_new_tokens=64, max_total_tokens=8192)
+                            max_turns=10, max_new_tokens=64, max_total_tokens=8192, action_selection="generate")
     for c, ep in zip(cloned, rollouts):
         assert ep.won and c.won
         assert c.tokens.prompt_ids == ep.tokens.prompt_ids
@@ -127,7 +127,7 @@ def test_some_prompts_carry_a_local_or_a_global_skill_section_inserted_at_messag
                     if p and p.kind == "local"]
     assert any(local_donors) and not all(local_donors)  # the same game and other games of the type
     cloned = build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, plans=plans,
-                                skill_token_budget=64)
+                                skill_token_budget=64, skill_position="after_task")
     plain = _clone_data(chat, records)
     for c, p, rec, plan in zip(cloned, plain, records, plans):
         assert c.with_skill == (plan is not None)
@@ -153,7 +153,8 @@ def test_some_prompts_carry_a_local_or_a_global_skill_section_inserted_at_messag
         # only the prompt changes: the episode's completion is the same tokens
         assert c.tokens.completion_ids == p.tokens.completion_ids
     with pytest.raises(ValueError, match="skill plans"):
-        build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, plans=plans[1:], skill_token_budget=64)
+        build_cloning_data(records, "alfworld", chat, max_total_tokens=8192, plans=plans[1:], skill_token_budget=64,
+                           skill_position="after_task")
 
 
 def test_max_turns_and_token_budget_truncate_like_the_collector(chat):

@@ -46,7 +46,7 @@ def test_cloning_the_searching_expert_makes_the_tiny_model_win(tiny_model_dir, t
     assert sum(r.won for r in records) >= 0.8 * len(records)
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(tiny_model_dir))
     episodes = build_cloning_data(records, "alfworld", chat, max_total_tokens=MAX_TOKENS, plans=[None] * len(records),
-                                  skill_token_budget=64)
+                                  skill_token_budget=64, skill_position="after_task")
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     before = _sampled_wins(model, chat, tmp_path, tasks)

@@ -55,7 +55,7 @@ def test_cloning_the_searching_shopper_makes_the_tiny_model_buy(tmp_path, monkey
     assert sum(r.won for r in records) >= 0.8 * GAMES
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(tiny_model_dir))
     episodes = build_cloning_data(records, "webshop", chat, max_total_tokens=MAX_TOKENS, plans=[None] * len(records),
-                                  skill_token_budget=64)
+                                  skill_token_budget=64, skill_position="after_task")
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     assert sum(_sampled(model, chat, tasks)) == 0

@@ -53,7 +53,7 @@ def _trl_trajectory(chat, lifecycle):
 
     (ep,) = run_episodes(["toy-3"], env_name="toy", pool=ToyPool(), generate_fn=generate, chat=chat,
                          lifecycle=lifecycle, max_turns=3, max_new_tokens=64, max_total_tokens=1 << 20,
-                         max_completion_tokens=400)
+                         max_completion_tokens=400, action_selection="generate")
     return to_trajectory(ep, step=1, traj_id="1-toy-3-0")
 
 

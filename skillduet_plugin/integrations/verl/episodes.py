@@ -62,6 +62,7 @@ def make_engine(settings: VerlSettings, chat: ChatTokenizer, response_length: in
     return EpisodeEngine(
         env.name, chat, max_turns=env.max_turns, max_new_tokens=env.max_new_tokens_per_turn, max_total_tokens=None,
         max_completion_tokens=int(response_length), scope=settings.method.scope, system_prompt=env.system_prompt,
+        action_selection="generate",  # verl's agent loop always generates (integrations.verl.settings)
         **{key: resolve_target(getattr(env, key), f"skillduet.env.{key}") if getattr(env, key) else None
            for key in ("initial_messages_fn", "turn_message_fn", "project_action_fn")})
 

@@ -74,6 +74,14 @@ def test_stock_main_ppo_fit_and_weight_sync_negative_control(tmp_path):
         assert math.isfinite(m["actor/pg_loss"]) and m["timing_s/step"] > 0
 
 
+def rollback_live_bank(ckpt: Path, step: int) -> None:
+    """The live bank of a run's checkpoint folder set back to the bank saved at ``step``."""
+    live = ckpt / "skillduet" / "bank.sqlite"
+    for extra in live.parent.glob("bank.sqlite-*"):
+        extra.unlink()
+    live.write_bytes(next((ckpt / f"global_step_{step}" / "skillduet" / "bank").glob("*.sqlite")).read_bytes())
+
+
 def _bank_globals(bank_dir: Path) -> dict[str, list[tuple[int, str]]]:
     from skillduet_plugin.skills.bank import SkillBank
 
@@ -152,11 +160,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     assert saved[1] != saved[2]
     assert_skills_in_trackers(tmp_path, ckpt / "global_step_2" / "skillduet" / "bank", steps={1, 2})
 
-    # roll the live bank back to step 1: a resume that did not restore step 2's bank would use that
-    live = ckpt / "skillduet" / "bank.sqlite"
-    for extra in live.parent.glob("bank.sqlite-*"):
-        extra.unlink()
-    live.write_bytes(next((ckpt / "global_step_1" / "skillduet" / "bank").glob("*.sqlite")).read_bytes())
+    rollback_live_bank(ckpt, 1)  # a resume that did not restore step 2's bank would use step 1's
 
     resumed = _fit(tmp_path, "resumed", steps=3, save_freq=1)
     assert sorted(resumed) == [3]

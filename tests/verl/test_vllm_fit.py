@@ -3,7 +3,7 @@
 verl's ``vLLMReplica`` / ``vLLMHttpServer`` / ``ServerAdapter`` and vLLM's engine serve the rollouts and the
 teacher/Strength prefills (``prompt_logprobs``); the weights reach the server through verl's bucketed transfer
 (shared-memory path). Every assertion reads what verl wrote (file-logger metrics, checkpoints, exit code).
-Two engine starts in all (one fit, one resume).
+Three engine starts in all (one fit, a resume, the resume again without its start-up sync).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ pytest.importorskip("vllm")
 
 from skillduet_testing.verl_cpu_run import read_metrics  # noqa: E402
 from skillduet_testing.verl_vllm import SKIP_SYNC_ENV, run  # noqa: E402
-from test_real_fit import GAP, _bank_globals, assert_rollout_synced, assert_server_logprobs_match  # noqa: E402
+from test_real_fit import (GAP, _bank_globals, assert_rollout_synced, assert_server_logprobs_match,  # noqa: E402
+                           rollback_live_bank)
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 1800  # one fit took ~9 min at load 20-28 on 2 cores (engine start dominates); the test 505 s at 16-31
@@ -43,8 +44,10 @@ def _fit(out: Path, name: str, **kwargs) -> dict[int, dict]:
 def test_skillduet_fit_on_verl_vllm_rollout_then_resume(tmp_path):
     """2 steps with ``teacher_logprobs=compare`` (the teacher and Strength prefills from the vLLM server checked
     against the actor, with the same tolerances as the transformers test backend), a checkpoint every step; then
-    a resume for step 3 whose start-up weight sync is skipped (negative control: the server keeps the dummy
-    weights it starts with, so verl's rollout-vs-actor gap is large)."""
+    a resume for step 3 from step 2's checkpoint, the live bank first rolled back to step 1 (so a resume that did
+    not restore step 2's bank would show it): its start-up sync puts the actor's weights on the server. Negative
+    control: the same resume with that sync skipped keeps the server's dummy start-up weights, and the gap check
+    fails."""
     metrics = _fit(tmp_path, "skillduet", steps=2, save_freq=1, overrides=["skillduet.teacher_logprobs=compare"])
     assert sorted(metrics) == [1, 2]
     assert_rollout_synced(metrics, [1, 2])  # step 1: verl's start-up sync; step 2: the sync after step 1
@@ -58,14 +61,23 @@ def test_skillduet_fit_on_verl_vllm_rollout_then_resume(tmp_path):
     saved = _bank_globals(tmp_path / "checkpoints" / "global_step_2" / "skillduet" / "bank")
     assert saved and all(saved.values())
 
-    resumed = _fit(tmp_path, "resumed", steps=3, save_freq=1, extra_env={SKIP_SYNC_ENV: "2"})
+    ckpt = tmp_path / "checkpoints"
+    rollback_live_bank(ckpt, 1)
+    resumed = _fit(tmp_path, "resumed", steps=3, save_freq=1)
     assert sorted(resumed) == [3]
     newest = max(v for versions in saved.values() for v, _ in versions)
     assert resumed[3]["skillduet/rollout_global_version"] == newest  # step 3 prompts carry step 2's Global
-    assert math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
-    assert resumed[3][GAP] > 1e-5, "a skipped sync should leave the server on its start-up (dummy) weights"
+    assert resumed[3]["skillduet/local_skills"] > 0 and math.isfinite(resumed[3]["actor/skillduet/opd_loss"])
+    assert_rollout_synced(resumed, [3])  # the resume's start-up sync reached the vLLM server
+
+    # negative control: step 3 again from step 2's checkpoint, the start-up sync skipped
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("2")
+    rollback_live_bank(ckpt, 2)
+    unsynced = _fit(tmp_path, "unsynced", steps=3, save_freq=0, extra_env={SKIP_SYNC_ENV: "2"})
+    assert sorted(unsynced) == [3]
+    assert unsynced[3][GAP] > 1e-5, "a skipped sync should leave the server on its start-up (dummy) weights"
     with pytest.raises(AssertionError, match="gap"):
-        assert_rollout_synced(resumed, [3])
+        assert_rollout_synced(unsynced, [3])
 
 
 @pytest.mark.slow  # builds the tiny64 model and generated games, then one verl config composition

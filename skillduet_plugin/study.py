@@ -337,13 +337,21 @@ def _worker(config: RunConfig, path: Path, run: PlannedRun, needs_neutral: bool)
     return run.name
 
 
+def _pool_kwargs() -> dict[str, Any]:
+    """Extra ``ProcessPoolExecutor`` arguments: on Python >= 3.11 each worker process runs one run and exits, so
+    every run starts in a fresh process. ``max_tasks_per_child`` does not exist on 3.10: there a worker process
+    runs several runs in turn (each from its own config and seed, but process-wide state such as imported
+    modules and torch's caches carries over from one run to the next in that process)."""
+    return {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+
+
 def _run_parallel(todo: list[PlannedRun], configs: dict[PlannedRun, RunConfig], root: Path,
                   needs: dict[PlannedRun, bool], jobs: int, bar: Any, say: Callable[[str], None]) -> None:
     """Runs in ``jobs`` worker processes (spawned: no torch state is shared); the first failure stops the
     study after the runs in flight end (each is resumable)."""
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             max_tasks_per_child=1) as pool:
+                             **_pool_kwargs()) as pool:
         futures = {pool.submit(_worker, configs[r], run_dir(root, r), r, needs[r]): r for r in todo}
         pending = set(futures)
         while pending:

@@ -135,3 +135,14 @@ def test_an_interrupted_run_without_a_checkpoint_restarts_from_scratch(tmp_path,
     assert study._train(None, run, lambda m: None) == "restarted"
     assert calls == [None] and not run.exists()  # the torn folder is gone before the fresh start
     assert study._train(None, tmp_path / "new", lambda m: None) == "fresh"
+
+
+@pytest.mark.parametrize("version, expected", [((3, 10, 14, "final", 0), {}),
+                                               ((3, 11, 0, "final", 0), {"max_tasks_per_child": 1}),
+                                               ((3, 12, 3, "final", 0), {"max_tasks_per_child": 1})])
+def test_study_pool_passes_max_tasks_per_child_only_where_python_has_it(monkeypatch, version, expected):
+    import sys
+
+    from skillduet_plugin import study
+    monkeypatch.setattr(sys, "version_info", version)
+    assert study._pool_kwargs() == expected

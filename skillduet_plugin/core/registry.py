@@ -41,6 +41,7 @@ class Registry(Generic[T]):
         self._discover = discover
         self._discovered = discover is None and group is None
         self._discovering = False
+        self._failure: Exception | None = None
         self._lock = threading.RLock()
 
     def register(self, name: str, value: Any = None, *, replace: bool = False) -> Any:
@@ -85,21 +86,34 @@ class Registry(Generic[T]):
 
     def _load(self) -> None:
         if self._discovered:
+            self._raise_failure()
             return
         # Other threads wait here until discovery is complete (verl's agent loop makes environments from several
         # executor threads at once: one saw a half-filled registry); the discovering thread itself may look
         # names up while registering and gets what is registered so far.
         with self._lock:
-            if self._discovered or self._discovering:
+            if self._discovered:
+                self._raise_failure()
                 return
-            self._discovering = True
+            if self._discovering:
+                return
+            self._discovering, self._failure = True, None
             try:
                 if self._discover is not None:
                     self._discover()
                 if self.group is not None:
                     load_entry_points(self.group)
+            except Exception as exc:
+                # What registered before the failure is a partial registry: every later lookup raises the same
+                # error rather than using it (a retry could re-run half-imported modules' decorators).
+                self._failure = exc
+                raise
             finally:
                 self._discovering, self._discovered = False, True
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
 
 def load_entry_points(group: str) -> list[str]:

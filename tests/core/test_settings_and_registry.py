@@ -158,3 +158,17 @@ def test_a_registry_loads_its_entry_point_group_on_the_first_lookup(monkeypatch)
     with pytest.raises(ConfigError, match=r"^entry point d = 'no_such_module_x:f' of group skillduet.things failed "
                                           r"to load \(ModuleNotFoundError: .*\): fix or uninstall"):
         broken.names()
+
+
+def test_a_broken_entry_point_fails_every_lookup_not_only_the_first(monkeypatch):
+    """Discovery that raised leaves a partial registry: later lookups raise the same error instead of using it."""
+    import importlib.metadata
+
+    reg = Registry("thing", "things", group="skillduet.things")
+    reg.register("builtin", 0)
+    entries = [importlib.metadata.EntryPoint(name="d", value="no_such_module_x:f", group="skillduet.things")]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: entries if group == reg.group else [])
+    error = r"^entry point d = 'no_such_module_x:f' of group skillduet.things failed to load"
+    for lookup in (reg.names, lambda: reg.get("builtin"), lambda: "builtin" in reg):
+        with pytest.raises(ConfigError, match=error):
+            lookup()

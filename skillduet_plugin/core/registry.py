@@ -6,8 +6,8 @@ line as every config error (``env='x' is invalid: registered environments are ..
 ``discover`` function that imports the built-in implementations on first use, so that registering stays in the
 module that implements the thing and heavy modules are imported only when asked for, and an entry-point group
 (``skillduet.selectors``, ``skillduet.backends``, ...) through which an installed package adds its own: each entry
-point names a module (imported, so that its decorators run) or a function (called, to register). Both load on
-the first lookup, in every process that looks a name up (verl's Ray workers included).
+point names a module (imported, so that its decorators run) or a function without parameters (called, to
+register). Both load on the first lookup, in every process that looks a name up (verl's Ray workers included).
 """
 
 from __future__ import annotations
@@ -118,25 +118,32 @@ class Registry(Generic[T]):
 
 def load_entry_points(group: str) -> list[str]:
     """Load the entry points of ``group`` of every installed package: each names a module (imported: its
-    decorators register), a function without arguments (called, to register) or a registered object (a backend
-    class, a score function: importing its module registered it). Returns their names; one that fails is a
-    one-line :class:`ConfigError` naming the entry point."""
+    decorators register), a function without parameters (called, to register) or a registered object (a backend
+    class, a score function with required parameters: importing its module registered it). A function whose
+    parameters all have defaults (an environment factory, say) is refused: calling it at discovery would run it,
+    not register it. Returns their names; one that fails is a one-line :class:`ConfigError` naming the entry
+    point."""
     names = []
     for entry in importlib.metadata.entry_points(group=group):
         try:
             loaded = entry.load()
-            if inspect.isfunction(loaded) and _no_arguments(loaded):
+            defaulted = inspect.isfunction(loaded) and _callable_without_arguments(loaded)
+            if defaulted and not inspect.signature(loaded).parameters:
                 loaded()
         except Exception as exc:
             first = (str(exc).splitlines() or [""])[0]
             raise ConfigError(f"entry point {entry.name} = {entry.value!r} of group {group} failed to load "
                               f"({type(exc).__name__}: {first}): fix or uninstall the package that declares "
                               f"it") from exc
+        if defaulted and inspect.signature(loaded).parameters:
+            raise ConfigError(f"entry point {entry.name} = {entry.value!r} of group {group} names a function whose "
+                              f"parameters all have defaults, which discovery would call: point it at the module "
+                              f"that registers, or at a function without parameters that registers")
         names.append(entry.name)
     return names
 
 
-def _no_arguments(fn: Callable[..., Any]) -> bool:
+def _callable_without_arguments(fn: Callable[..., Any]) -> bool:
     return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                for p in inspect.signature(fn).parameters.values())
 

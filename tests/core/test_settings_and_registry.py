@@ -172,3 +172,28 @@ def test_a_broken_entry_point_fails_every_lookup_not_only_the_first(monkeypatch)
     for lookup in (reg.names, lambda: reg.get("builtin"), lambda: "builtin" in reg):
         with pytest.raises(ConfigError, match=error):
             lookup()
+
+
+def test_an_entry_point_naming_a_function_with_defaulted_parameters_is_refused_not_called(monkeypatch):
+    """Only a function without parameters is called at discovery; one whose parameters all have defaults (an env
+    factory, say) would run, not register: a one-line error naming the entry point."""
+    import importlib.metadata
+    import types
+
+    module = types.ModuleType("outside_factories")
+    calls = []
+
+    def make_lamp(split: str = "train"):
+        calls.append(split)
+
+    module.make_lamp = make_lamp
+    monkeypatch.setitem(sys.modules, "outside_factories", module)
+    reg = Registry("thing", "things", group="skillduet.things")
+    entries = [importlib.metadata.EntryPoint(name="lamp", value="outside_factories:make_lamp",
+                                             group="skillduet.things")]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: entries if group == reg.group else [])
+    with pytest.raises(ConfigError, match=r"^entry point lamp = 'outside_factories:make_lamp' of group "
+                                          r"skillduet.things names a function whose parameters all have defaults"
+                                          r", which discovery would call: point it at the module that registers"):
+        reg.names()
+    assert calls == []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from skillduet_plugin.core.registry import Registry
+from skillduet_plugin.core.settings import ConfigError
 
 #: ``fn(shifts, advantages, successes) -> the candidate's score`` (None: undefined, ranks last)
 ScoreFn = Callable[[Sequence[float], Sequence[float], Sequence[bool]], "float | None"]
@@ -44,10 +45,19 @@ class Selector:
 ENTRY_POINT_GROUP = "skillduet.selectors"
 SELECTORS: Registry[Selector] = Registry("selector", "selectors", group=ENTRY_POINT_GROUP)
 
+#: Names a score cannot take: a scored candidate's own fields and methods (``skills.scoring.SkillScore``, whose
+#: scores are also read as attributes) and the other keys of its bank record; a score under one of them would be
+#: shadowed by it. Dunder names are refused too.
+RESERVED_SCORE_NAMES = frozenset({"skill_id", "values", "n_heldout", "shifts", "note", "as_record", "scored_step"})
+
 
 def register_selector(name: str, *, replace: bool = False) -> Callable[[ScoreFn], ScoreFn]:
     """``@register_selector(name)`` on ``fn(shifts, advantages, successes) -> float | None``: a selector ranking by
     its own score ``name``, computed for every candidate and stored in the bank under that name."""
+    if name in RESERVED_SCORE_NAMES or (isinstance(name, str) and name.startswith("__")):
+        raise ConfigError(f"selector={name!r} is invalid: a scored candidate's own field or record key has that "
+                          f"name ({', '.join(sorted(RESERVED_SCORE_NAMES))} and dunder names are taken); pick another")
+
     def add(fn: ScoreFn) -> ScoreFn:
         known = SELECTORS.peek(name)  # no lookup: registering never loads the installed packages
         if known is not None and known.compute is fn:

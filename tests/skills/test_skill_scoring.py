@@ -167,3 +167,23 @@ def test_capped_heldout_set_ignores_a_per_run_random_part_of_the_trajectory_id()
     picked = {tuple(_picked(_run_of(d, True), skill)) for d in draws}
     assert len(picked) == 1 and len(next(iter(picked))) == 2, picked
     assert len({tuple(_picked(_run_of(d, False), skill)) for d in draws}) > 1
+
+
+def test_a_selector_named_like_a_scored_candidates_field_is_refused():
+    """A score is also read as ``SkillScore.<name>`` and stored beside ``n_heldout``/``note``/``scored_step`` in
+    the bank record: a score under one of those names would be shadowed, so registering it is a one-line error."""
+    import dataclasses
+
+    from skillduet_plugin.config import ConfigError
+    from skillduet_plugin.core.selectors import RESERVED_SCORE_NAMES, SELECTORS, register_selector
+    from skillduet_plugin.skills.scoring import SkillScore
+
+    own = {f.name for f in dataclasses.fields(SkillScore)} | {n for n in vars(SkillScore) if not n.startswith("_")}
+    record = set(SkillScore("x", {}, 0, {}).as_record()) | {"scored_step"}
+    assert own | record <= RESERVED_SCORE_NAMES
+    before = SELECTORS.names()
+    for name in sorted(own | record) + ["__class__", "__dict__"]:
+        with pytest.raises(ConfigError, match=rf"^selector='{name}' is invalid: a scored candidate's own field or "
+                                              r"record key has that name \(.*\); pick another$"):
+            register_selector(name)(lambda shifts, advantages, successes: 0.0)
+    assert SELECTORS.names() == before

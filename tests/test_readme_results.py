@@ -1,9 +1,10 @@
-"""Every number in the README's result tables is in the committed result files the table names.
+"""Every number in the README's result tables is in the committed result files the table names, cell by cell.
 
-A result table is a Markdown table followed (before the next table) by a ``Files: `docs/results/<run>/` `` line;
-its numbers (``73.3%``, ``+8.3``, ``-13.3``, ``30.8 min``, ``load 5-7``) must each appear among the run's
-``summary.json`` values (fractions as percentages to one decimal, seconds as minutes to one decimal) or in its
-``load.txt`` (the load averages, as whole numbers)."""
+A result table is a Markdown table followed (before the next table) by a ``Files: `docs/results/<run>/` `` line.
+Each body row is named by its first cell (:data:`ROWS`), and its numbers, in order, must be the values at the
+listed ``summary.json`` paths (fractions as percentages to one decimal): a swapped or borrowed cell fails. The
+header's numbers (``30.8 min``, ``load 5-7``) must appear among the run's values (seconds as minutes to one
+decimal) or in its ``load.txt`` (the load averages, as whole numbers)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,46 @@ def known_numbers(folder: Path) -> set[float]:
     return known
 
 
+_DIFF = ("estimate", "low", "high")
+_TEACHER_LEAD = "teacher.greedy.teacher_before - student_before.estimate"
+#: a body row's first cell (its start) -> the summary.json paths of its numbers, in the order the row prints them
+ROWS = {
+    "15 RL games, sampled": ["training_tasks.sampled.success_before", "training_tasks.sampled.success_after",
+                             *(f"training_tasks.sampled.difference.{k}" for k in _DIFF)],
+    "15 RL games, greedy": ["training_tasks.success_before", "training_tasks.success_after",
+                            *(f"training_tasks.difference.{k}" for k in _DIFF)],
+    "the teacher on them": ["teacher.greedy.teacher_before", "teacher.greedy.teacher_after", _TEACHER_LEAD],
+    "20 unseen games": ["success_before", "success_after", "success_after_with_global",
+                        *(f"panel.difference.{k}" for k in _DIFF)],
+}
+
+
+def value_at(summary: dict, path: str) -> float:
+    """A ``summary.json`` value by its dotted path (a key may itself hold dots and spaces: the longest matching
+    key is taken), as a percentage to one decimal."""
+    node, rest = summary, path
+    while rest:
+        key = max((k for k in node if rest == k or rest.startswith(k + ".")), key=len)
+        node, rest = node[key], rest[len(key) + 1:]
+    return round(100 * float(node), 1)
+
+
+def row_mismatches(rows: list[str], summary: dict) -> list[str]:
+    """Body rows whose numbers are not, in order, the values of their paths (or are not named in ROWS)."""
+    out = []
+    for row in rows[2:]:  # the header and the |---| line excluded
+        label = row.split("|")[1].strip()
+        paths = next((v for k, v in ROWS.items() if label.startswith(k)), None)
+        numbers = numbers_of(["|".join(row.split("|")[2:])])
+        if paths is None or not 2 <= len(numbers) <= len(paths):
+            out.append(f"{label!r}: no paths for this row, or {len(numbers)} numbers")
+            continue
+        want = [value_at(summary, p) for p in paths[:len(numbers)]]
+        if [round(n, 1) for n in numbers] != want:
+            out.append(f"{label!r}: {numbers} != {want} ({paths[:len(numbers)]})")
+    return out
+
+
 def numbers_of(rows: list[str]) -> list[float]:
     cells = [c for row in rows for c in row.split("|")]
     # "20 unseen games", "15 RL games", "sampled x4" name the workload, not a result
@@ -69,15 +110,21 @@ def test_every_readme_result_table_is_backed_by_its_files():
         assert (path / "summary.json").is_file() and (path / "metrics.jsonl").is_file(), folder
         assert (path / "COMMIT").read_text().strip(), folder
         known = known_numbers(path)
-        numbers = numbers_of(rows)
-        assert numbers, folder
-        missing = [n for n in numbers if round(n, 1) not in known]
-        assert not missing, f"{folder}: README numbers not in its files: {missing}"
+        header = numbers_of(rows[:1])
+        missing = [n for n in header if round(n, 1) not in known]
+        assert not missing, f"{folder}: README header numbers not in its files: {missing}"
+        assert len(rows) >= 4, folder
+        mismatches = row_mismatches(rows, json.loads((path / "summary.json").read_text()))
+        assert not mismatches, f"{folder}: " + "; ".join(mismatches)
 
 
-def test_a_number_changed_in_a_table_is_caught():
-    """Negative control: one figure of a real table altered is reported missing."""
+def test_a_number_changed_or_swapped_in_a_table_is_caught():
+    """Negative controls on the first real table: one figure altered, and two figures of the file swapped between
+    cells (each still somewhere in summary.json, which a check by membership alone let pass)."""
     rows, folder = result_tables((ROOT / "README.md").read_text())[0]
-    known = known_numbers(ROOT / folder)
+    summary = json.loads((ROOT / folder / "summary.json").read_text())
+    assert not row_mismatches(rows, summary)
     altered = [r.replace("81.7%", "84.2%") for r in rows]
-    assert any(n not in known for n in numbers_of(altered))
+    assert row_mismatches(altered, summary)
+    swapped = [r.replace("| 73.3% | 86.7% |", "| 86.7% | 73.3% |") for r in rows]
+    assert swapped != rows and row_mismatches(swapped, summary)

@@ -53,7 +53,8 @@ def build_trajectories(keys: Sequence[str], records: Sequence[dict[str, Any] | N
     ``base_logps`` are the old log-probs (rollout weights, student prompt): Strength scoring reuses them. The
     record becomes an episode again and goes through the same mapping as the TRL path
     (``rollout.engine.to_trajectory``), so both hand the analyzer the same turns. ``keys`` are TransferQueue keys
-    ``{uid}_{session}_{index}``; the prompt uid is random per run, so the order id is the task with the rest.
+    ``{uid}_{session}_{index}``; the prompt uid is random per run, so the order id is the task with the rest (a task
+listed twice in one step's batch gives two rows the same order id, and their order falls back to the uid).
     """
     out: list[tuple[int, Trajectory]] = []
     for i, key in enumerate(keys):

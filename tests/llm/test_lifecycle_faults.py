@@ -76,7 +76,6 @@ def test_a_faulty_server_never_stops_a_step(fault, tmp_path, tiny_tokenizer):
             specials = [i for i in ids if i in set(tiny_tokenizer.all_special_ids)]
             assert len(specials) == len([i for i in trajs[0].prompt_ids if i in set(tiny_tokenizer.all_special_ids)])
         lc.close()
-        server_attempts = dict(server.attempts)
     failed = metrics["skills/analyzer_backend_failures"]
     if fault in FAILING:
         assert failed == 2 and not result.skills  # each step's analyzer request counted, no skill, training goes on
@@ -84,6 +83,5 @@ def test_a_faulty_server_never_stops_a_step(fault, tmp_path, tiny_tokenizer):
         assert failed == 0 and result.skills
     if fault == "surrogate":
         assert [s.text for s in result.skills] == ["Open the fridge before you cool the apple."]
-    print("DBG", fault, dict(server_attempts), {k: v for k, v in metrics.items() if "fail" in k or "request" in k})
     print(f"fault {fault}: 2 steps in {elapsed:.2f}s, {sum(server.attempts.values())} requests, "
           f"{failed:.0f} analyzer failures")

@@ -68,15 +68,19 @@ def _memoised_parser(parse: Callable[..., Any], tag: str) -> Callable[..., Any]:
 
 
 def _memoise_commands(logic: Any) -> Any:
-    """``logic`` whose grammar derives each admissible command's text once per game, template and binding.
+    """``logic`` whose grammar derives each admissible command's text once per loaded game, template and binding.
 
     TextWorld derives the text of every applicable action at every step, deep-copying the derivation context for
     each symbol (most of a step's time in a real ALFWorld room). A command template reads only its arguments
     (``take {o} from {r}``) and, for ``go to``, where receptacles stand, which no action changes; so within one
     game the text is a function of the template and the binding. The display names come from the game's entity
     infos (two trials of one scene name the same object ``mug 1`` and ``mug 3``), and one logic serves every game
-    with its grammar, so the texts are kept per entity-infos object (the last ``_MEMO_GAMES`` games, each held so
-    that its id cannot be reused). Any other derivation (feedback, the intro) is computed as before.
+    with its grammar, so the texts are kept per entity-infos object (the last ``_MEMO_GAMES`` of them, each held
+    so that its id cannot be reused). TextWorld's ``PddlEnv.load`` builds that object (the demangler renames it
+    in place) and ``reset`` keeps it, so the texts are reused by every episode reset on one load: the rollouts of
+    a group, since ``EngineSession.reset`` skips the load when the same game is reset again. They are not reused
+    after a reload (``reload=True``, or another game loaded in between) nor by another engine session: each load
+    starts an empty memo. Any other derivation (feedback, the intro) is computed as before.
     """
     grammar = logic.grammar
     derive = grammar.derive

@@ -1,5 +1,5 @@
 """The ``skillduet`` console script: ``skillduet train | study | eval | skills | score | report | tiny-model | models |
-doctor``.
+doctor | envs``.
 
 Each subcommand lives in ``skillduet_plugin/commands/<name>.py`` with ``add_arguments(parser)`` and
 ``run(args) -> int``; only the chosen one is imported, so ``skillduet --help`` is instant.
@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tiny-model": ("tiny_model", "build the tiny offline tokenizer + Qwen3 model into a folder"),
     "models": ("models", "prepare real models available offline (e.g. SmolLM2-135M-Instruct)"),
     "doctor": ("doctor", "check a job's setup before it starts: versions, verl plugin, env, analyzer, trackers, bank"),
+    "envs": ("envs", "list the registered environments, or show everything known about one"),
 }
 
 

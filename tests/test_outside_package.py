@@ -2,7 +2,8 @@
 LLM backend through the ``skillduet.envs`` / ``skillduet.selectors`` / ``skillduet.backends`` entry-point groups,
 and ``skillduet train`` uses all three with nothing edited in skillduet: it plays the package's environment, scores
 and ranks candidates by the package's selector and sends its analyzer and synthesizer requests to the package's
-backend."""
+backend. ``skillduet envs show`` names the package's entry point as the environment's provider and shows its
+extras."""
 
 from __future__ import annotations
 
@@ -57,7 +58,14 @@ def test_an_installed_package_adds_an_env_a_selector_and_a_backend_that_train_us
         assert missing.returncode == 2 and error in missing.stderr, missing.stderr[-2000:]
     assert not run.exists()
 
-    done = _skillduet(["train", *mine, *common], _install(tmp_path), tmp_path)
+    site = _install(tmp_path)
+    shown = _skillduet(["envs", "show", "lanterns"], site, tmp_path)  # what the package registered, and by whom
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    for line in ("  provided by: entry point lanterns = 'lanterns_env' of group skillduet.envs, package skillduet",
+                 "lanterns: ``lanterns``: light the lantern the task names", "  task types: lanterns",
+                 "  extras:\n    colours: red, blue, green\n"):
+        assert line in shown.stdout, shown.stdout
+    done = _skillduet(["train", *mine, *common], site, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     trajectories = [json.loads(line) for line in (run / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
     assert {t["task_id"] for t in trajectories} == {"lantern-red", "lantern-blue"}  # the package's environment

@@ -125,6 +125,9 @@ def load_entry_points(group: str) -> list[str]:
     point."""
     names = []
     for entry in importlib.metadata.entry_points(group=group):
+        dist = f", package {entry.dist.name} {entry.dist.version}" if entry.dist is not None else ""
+        loading = _loading()
+        loading.append(f"entry point {entry.name} = {entry.value!r} of group {group}{dist}")
         try:
             loaded = entry.load()
             defaulted = inspect.isfunction(loaded) and _callable_without_arguments(loaded)
@@ -135,12 +138,31 @@ def load_entry_points(group: str) -> list[str]:
             raise ConfigError(f"entry point {entry.name} = {entry.value!r} of group {group} failed to load "
                               f"({type(exc).__name__}: {first}): fix or uninstall the package that declares "
                               f"it") from exc
+        finally:
+            loading.pop()
         if defaulted and inspect.signature(loaded).parameters:
             raise ConfigError(f"entry point {entry.name} = {entry.value!r} of group {group} names a function whose "
                               f"parameters all have defaults, which discovery would call: point it at the module "
                               f"that registers, or at a function without parameters that registers")
         names.append(entry.name)
     return names
+
+
+#: per thread, the entry points being loaded, innermost last (loading one may look names up in another group)
+_THREAD = threading.local()
+
+
+def _loading() -> list[str]:
+    if not hasattr(_THREAD, "loading"):
+        _THREAD.loading = []
+    return _THREAD.loading
+
+
+def loading_entry_point() -> str | None:
+    """The entry point this thread is loading now (``entry point NAME = 'VALUE' of group G, package P V``), or
+    None: what registers itself can say which installed package provided it."""
+    loading = _loading()
+    return loading[-1] if loading else None
 
 
 def _callable_without_arguments(fn: Callable[..., Any]) -> bool:
@@ -162,4 +184,4 @@ def resolve_target(target: str, field: str = "target") -> Any:
     return obj
 
 
-__all__ = ["Registry", "UnknownNameError", "load_entry_points", "resolve_target"]
+__all__ = ["Registry", "UnknownNameError", "load_entry_points", "loading_entry_point", "resolve_target"]

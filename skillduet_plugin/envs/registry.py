@@ -4,20 +4,24 @@ An environment is one package under ``envs/`` (or any module of yours) whose fac
 ``@register_env(name, ...)``: the factory, its prompt pieces, how a response becomes an action and its expert for
 the warm start. What other layers need from an environment they register themselves against its name (the
 offline analyzer's rules: ``llm.offline_common.register_offline_rules``; ``skillduet train``'s presets:
-``runs.env_defaults.register_run_defaults``), so that nothing here names a module above ``envs/``. Nothing outside
-``envs/`` tests an environment's name: it asks :func:`env_spec`. The built-in packages register themselves on the
-first lookup, and an installed package adds its own through the ``skillduet.envs`` entry-point group.
+``runs.env_defaults.register_run_defaults``), so that nothing here names a module above ``envs/``; anything else an
+environment's package wants known about it goes in ``extras``. ``skillduet envs show NAME`` prints all of it.
+Nothing outside ``envs/`` tests an environment's name: it asks :func:`env_spec`. The built-in packages register
+themselves on the first lookup, and an installed package adds its own through the ``skillduet.envs`` entry-point
+group.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from skillduet_plugin.core.registry import Registry, resolve_target
+from skillduet_plugin.core.registry import Registry, loading_entry_point, resolve_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from skillduet_plugin.envs.base import TextEnv
@@ -103,6 +107,11 @@ class EnvSpec:
             :class:`EnvReport`.
         make_expert: the warm start's expert, ``(env, task_id, kind, seed) -> expert(obs, info, turn) -> action``
             (``kind`` is ``warm_start.expert``); None: no warm start for this env.
+        description: one line on what the environment is (default: the first paragraph of the factory's
+            docstring, else of its module's).
+        task_types: the task types (scopes) its tasks have, as ``info["task_type"]`` names them.
+        extras: anything else its package wants shown by ``skillduet envs show`` (name -> value).
+        provider: who registered it: ``built-in``, the installed package's entry point, or the module.
     """
 
     name: str
@@ -113,8 +122,14 @@ class EnvSpec:
     data: EnvData = field(default_factory=EnvData)
     report: EnvReport = field(default_factory=EnvReport)
     make_expert: Callable[..., Callable[[str, dict, int], str]] | None = None
+    description: str = ""
+    task_types: tuple[str, ...] = ()
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    provider: str = ""
 
 
+#: ``register_env``'s keywords that are ``EnvSpec`` fields themselves
+_TOP_LEVEL = ("make_expert", "description", "task_types", "extras")
 #: ``register_env``'s keywords, by the part of the registration they fill (``prompts=`` is the templates)
 _PARTS: dict[str, tuple[type, dict[str, str]]] = {
     "prompts": (EnvPrompts, {"prompts": "templates", "format_observation": "format_observation",
@@ -137,12 +152,12 @@ def _spec_fields(name: str, keywords: Mapping[str, Any]) -> dict[str, Any]:
         part = _PARTS.get(key)
         if part is not None and isinstance(value, part[0]):
             out[key] = value
-        elif key == "make_expert":
-            out[key] = value
+        elif key in _TOP_LEVEL:
+            out[key] = tuple(value) if key == "task_types" else dict(value) if key == "extras" else value
         else:
             owner = next((p for p, (_, names) in _PARTS.items() if key in names), None)
             if owner is None:
-                known = sorted({k for _, names in _PARTS.values() for k in names} | {"make_expert"})
+                known = sorted({k for _, names in _PARTS.values() for k in names} | set(_TOP_LEVEL))
                 raise TypeError(f"register_env({name!r}): unknown keyword {key!r}; known: {', '.join(known)}")
             values[owner][_PARTS[owner][1][key]] = value
     for part, given in values.items():
@@ -183,9 +198,14 @@ def register_env(name: str, target: str | Callable[..., Any] | None = None, *, r
             path = factory
             made = EnvSpec(name=name, factory=lambda **kw: resolve_target(path)(**kw), target=path, **fields)
         else:
-            made = EnvSpec(name=name, factory=factory,
-                           target=f"{factory.__module__}:{factory.__qualname__}", **fields)
-        ENVS.register(name, made, replace=replace_existing)
+            doc = inspect.getdoc(factory) or inspect.getdoc(sys.modules.get(factory.__module__)) or ""
+            doc = doc.split("\n\n")[0].replace("\n", " ")
+            made = EnvSpec(name=name, factory=factory, target=f"{factory.__module__}:{factory.__qualname__}",
+                           **{"description": doc, **fields})
+        module = made.target.partition(":")[0]
+        provider = loading_entry_point() or (
+            "built-in" if module.split(".")[0] == "skillduet_plugin" else f"module {module} (no entry point)")
+        ENVS.register(name, replace(made, provider=provider), replace=replace_existing)
         return factory
 
     return add if target is None else add(target)

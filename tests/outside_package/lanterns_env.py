@@ -36,6 +36,6 @@ class LanternsEnv(TextEnv):
         return obs, float(won), won or self._turn >= 2, self._info(won)
 
 
-@register_env("lanterns")
+@register_env("lanterns", task_types=("lanterns",), extras={"colours": ", ".join(COLOURS)})
 def make_lanterns(data_dir: str | None = None, split: str = "train", **kwargs: Any) -> LanternsEnv:
     return LanternsEnv(split)

@@ -143,7 +143,9 @@ def default_data_identity() -> dict[str, Any]:
 @register_env("alfworld", prompts=prompts.TEMPLATES, format_observation=prompts.format_observation,
               make_expert=expert.make_expert,
               default_data_identity=default_data_identity,
-              default_panel="valid_unseen", limit_keyword="max_tasks", scope_order=SCOPES)
+              default_panel="valid_unseen", limit_keyword="max_tasks", scope_order=SCOPES, task_types=SCOPES,
+              description="ALFWorld household tasks on the real TextWorld engine (official games, or games we "
+                          "generate)")
 def make_alfworld(data_dir: str | os.PathLike | None = None, split: str = "train", *, max_steps: int = 50,
                   tasks: list[str] | None = None, max_tasks: int | None = None,
                   task_types: list[str] | None = None, **unused: Any) -> AlfworldEnv:

@@ -101,7 +101,10 @@ def toy_project_action(env_name: str, text: str,
 
 
 @register_env(TOY_ENV_NAME, initial_messages=toy_initial_messages, turn_message=toy_turn_message,
-              project_action=toy_project_action, default_panel="train")
+              project_action=toy_project_action, default_panel="train",
+              task_types=tuple(sorted({scope for scope, _, _ in TOY_TASKS.values()})),
+              description="a tiny deterministic text environment (six tasks, seconds-long runs) for smoke runs "
+                          "and tests")
 def make_toy(data_dir: str | None = None, split: str = "train", **kwargs: Any) -> ToyEnv:
     """The ``envs.make("toy", ...)`` factory: every split holds the same six tasks."""
     return ToyEnv(**kwargs)

@@ -25,7 +25,9 @@ from skillduet_plugin.envs.webshop.synthetic import (catalogue_identity, ensure_
               default_panel="test",
               per_type_report=False,
               choose_kwargs={"search_choices": 8, "result_labels": True},
-              default_data_identity=lambda: {"generated": catalogue_identity()})
+              default_data_identity=lambda: {"generated": catalogue_identity()}, task_types=("webshop",),
+              description="WebShop: buy the product an instruction asks for (official data files or a built-in "
+                          "synthetic catalogue); one task type unless the factory's scope= splits goals by category")
 def make_webshop(data_dir: str | Path | None = None, split: str = "test", observation_mode: str = "text",
                  num_products: int | None = None, max_steps: int = 15, human_goals: bool = False,
                  scope: str = "webshop", show_attrs: bool = False, seed: int | None = None,

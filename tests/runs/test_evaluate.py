@@ -174,12 +174,21 @@ def test_sampled_evaluation_with_the_learned_global(bank_with_global, tiny_model
         played.append((kwargs["condition"].mode, kwargs.get("do_sample", False), len(args[2])))
         return real(*args, **kwargs)
 
+    seeds = []
+    real_seeded = evaluate.seeded_torch_rng
+
+    def seeded_spy(seed):
+        seeds.append(seed)
+        return real_seeded(seed)
+
     monkeypatch.setattr(evaluate, "play_panel", spy)
+    monkeypatch.setattr(evaluate, "seeded_torch_rng", seeded_spy)
     kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, action_selection="generate",
                   log=lambda m: None, samples=2, seed=3)
     r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle,
                             conditions=("none", "learned"), **kwargs)
     assert played == [("none", False, 4), ("learned", False, 4), ("none", True, 8), ("learned", True, 8)]
+    assert seeds == [3, 3]  # both sampled measurements draw from the generator seeded with the run's seed
     assert r["sampled_learned"]["episodes"] == r["sampled"]["episodes"] == 8
     assert r["sampled_learned"]["samples"] == 2
     played.clear()

@@ -1,7 +1,8 @@
 """A setting's default lives in its declaration only (``setting(...)`` in a settings dataclass): no function
-signature, shell recipe or verl patch restates it. (The verl YAML's ``skillduet:`` section is generated from the
-declarations: tests/verl/test_settings_section.py.) A function below the config layer takes the value from the
-config object, so a signature default equal to a setting's default is a second declaration that can drift."""
+signature, shell recipe, verl patch or README example restates it. (The verl YAML's ``skillduet:`` section is
+generated from the declarations: tests/verl/test_settings_section.py.) A function below the config layer takes
+the value from the config object, so a signature default equal to a setting's default is a second declaration that
+can drift."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.episode import EpisodeSettings
+from skillduet_plugin.integrations.verl.settings import EnvSettings, VerlSettings
 from skillduet_plugin.llm.config import BackendConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +28,7 @@ GENERIC = {"seed"}
 def setting_defaults() -> dict[str, set[str]]:
     """Setting name -> the repr of its declared default(s), over every settings dataclass (booleans and None
     excepted: too common as flags to tell a copy from an unrelated switch)."""
-    classes: list[Any] = [SkillDuetConfig, EpisodeSettings, BackendConfig]
+    classes: list[Any] = [SkillDuetConfig, EpisodeSettings, BackendConfig, EnvSettings, VerlSettings]
     out: dict[str, set[str]] = {}
     for cls in classes:
         for f in dataclasses.fields(cls):
@@ -75,6 +77,14 @@ def restated_in_text(text: str, defaults: dict[str, set[str]]) -> list[str]:
     return sorted(set(found))
 
 
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+
+
+def code_blocks(markdown: str) -> str:
+    """The lines of a Markdown text's fenced code blocks (its examples; prose may name a default in words)."""
+    return "".join(_FENCE.findall(markdown))
+
+
 def _numeric(literal: str) -> bool:
     try:
         float(literal)
@@ -103,6 +113,13 @@ def test_no_recipe_or_patch_restates_a_settings_default():
     assert {k: v for k, v in found.items() if v} == {}
 
 
+def test_no_readme_example_restates_a_settings_default():
+    """An example states what it changes; a default written next to its setting can drift from the declaration."""
+    found = restated_in_text(code_blocks((ROOT / "README.md").read_text()), setting_defaults())
+    assert found == [], "README examples that restate a default (drop it, or change it on purpose): " + \
+        " | ".join(found)
+
+
 def test_a_restated_default_is_found(tmp_path):
     """Negative controls: a scratch module, recipe line and patch line that restate defaults."""
     defaults = setting_defaults()
@@ -116,3 +133,7 @@ def test_a_restated_default_is_found(tmp_path):
     assert restated_in_text("    +skillduet.consolidation_interval=10 \\", defaults) != []
     assert restated_in_text("+  opd_gate = opd_per_token(s, t, beta=skillduet.gate_beta)", defaults) == []
     assert restated_in_text("+  beta = float(os.environ.get('GATE_BETA', 5.0))  # gate_beta", defaults) != []
+    readme = ("Seeds 0,1,2 by default; seed 0 here.\n\n```bash\npython -m verl.trainer.main_ppo x "
+              "+skillduet.env.name=alfworld\n```\n\n```python\ncfg = Config(max_turns=50, seed=3)\n```\n")
+    assert restated_in_text(code_blocks(readme), defaults) == \
+        ["cfg = Config(max_turns=50, seed=3)", "python -m verl.trainer.main_ppo x +skillduet.env.name=alfworld"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -194,6 +195,18 @@ def read_metrics(path: str | os.PathLike) -> dict[int, dict[str, float]]:
             row = json.loads(line)
             out[int(row["step"])] = row["data"]
     return out
+
+
+# Ray's prefix on each line it forwards from an actor: "(TaskRunner pid=12) " (optionally coloured, with ", ip=..."
+# from another node), with the newline that ends the line before it.
+_RAY_PREFIX = re.compile(r"\n?(\x1b\[[0-9;]*m)?\(\w+ pid=\d+(, ip=[^)]*)?\)(\x1b\[0m)? ?")
+
+
+def joined_ray_log(log: str) -> str:
+    """A driver log's text with Ray's actor prefixes removed together with the newline before each and the one
+    space Ray puts after it, so a printed line Ray forwarded in pieces is whole again even when split inside a
+    token; then every run of whitespace is one space (a split at a space leaves one)."""
+    return re.sub(r"\s+", " ", _RAY_PREFIX.sub("", log))
 
 
 def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_freq: int = 1,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ pytest.importorskip("transfer_queue")
 
 from skillduet_testing.tracker_files import (tensorboard_scalars, tensorboard_texts,  # noqa: E402
                                              wandb_history, wandb_media, wandb_offline_runs)
-from skillduet_testing.verl_cpu_run import read_metrics, run  # noqa: E402
+from skillduet_testing.verl_cpu_run import joined_ray_log, read_metrics, run  # noqa: E402
 from skillduet_testing.verl_rollout import SKIP_SYNC_ENV  # noqa: E402
 
 GAP = "training/rollout_probs_diff_max"  # verl's max |p_rollout - p_actor| over the step's response tokens
@@ -189,6 +188,6 @@ def test_stock_verl_entry_with_the_plugin_override(tmp_path):
     assert math.isfinite(m["actor/skillduet/opd_loss"]) and m["skillduet/skills/global_scopes"] >= 1
     # the whole section, defaults under the override, as verl's TaskRunner printed the config it ran
     # (Ray prefixes each forwarded line with its actor and may split one printed line in two: joined first)
-    flat = re.sub(r"\s+", " ", re.sub(r"(\x1b\[[0-9;]*m)?\(\w+ pid=\d+\)(\x1b\[0m)?", "", log))
+    flat = joined_ray_log(log)
     assert "'opd_coef': 0.25" in flat and "'gate_beta': 5.0" in flat and "'trainer_mode': 'skillduet_sync'" in flat
     assert (tmp_path / "checkpoints" / "skillduet" / "bank.sqlite").is_file()

@@ -272,14 +272,16 @@ def build_study_report(root: str | os.PathLike) -> Path:
 
 
 def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[str]:
-    """Success on the RL training tasks themselves (greedy, no Global): what RL learned on the games it played,
-    kept apart from the panel, which is never trained on."""
+    """Success on the RL training tasks themselves (greedy and sampled, without a Global and, after RL for an arm
+    with one, with its learned Global): what RL learned on the games it played, kept apart from the panel, which is
+    never trained on."""
     if not before or not any(any(ev for ev in a.train_evals) for a in arms):
         return []
     lines = ["## The RL training tasks (not a held-out result)", "",
              f"The {before.get('panel_size', '?')} tasks of split `{before.get('panel', '?')}` that RL trained on, "
-             "played without a Global before RL (the shared model) and after RL (each run), greedily"
-             f"{_sampled_note(before)}. This measures what RL learned on the games it practised; the panel above "
+             "played greedily without a Global before RL (the shared model) and after RL (each run), and after RL "
+             "also with its learned Global for a method that builds one (compared with the shared model without "
+             f"one){_sampled_note(before)}. This measures what RL learned on the games it practised; the panel above "
              "measures transfer.", ""]
     for condition, how in (("none", "greedy"), (SAMPLED, "sampled policy"), ("learned", "greedy, learned Global"),
                            (SAMPLED_LEARNED, "sampled policy, learned Global")):

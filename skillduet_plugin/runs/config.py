@@ -140,14 +140,12 @@ class RunConfig:
                                         metadata={"help": "behaviour-cloning warm start"})
     eval_before: bool = setting(True, "measure success on the panel before RL", kind="bool")
     eval_training_tasks: int = setting(15, "also measure this many RL training tasks (round-robin over task types; "
-                                           "0: none) before and after RL, greedy, no Global; reported apart from the "
-                                           "panel", kind="int", lo=0)
-    eval_samples: int = setting(4, "sampled episodes per measured RL training task (no Global, rollout "
-                                   "temperature, seeded by the run's seed), reported beside greedy success (0: "
-                                   "greedy only)", kind="int", lo=0)
-    eval_panel_samples: int = setting(0, "the same on the panel (0: greedy only; on the demo's unseen ALFWorld "
-                                      "games the sampled policy wins none either, and the 80 episodes cost a "
-                                      "minute of its 10)", kind="int", lo=0)
+                                           "0: none) before and after RL, greedy, without a Global (and with it "
+                                           "after RL, for a method with one); apart from the panel", kind="int", lo=0)
+    eval_samples: int = setting(4, "sampled episodes per measured RL training task (rollout temperature, seeded "
+                                   "by the run's seed), without a Global (and with it after RL, for a method with "
+                                   "one), beside greedy success (0: greedy only)", kind="int", lo=0)
+    eval_panel_samples: int = setting(0, "the same on the panel (0: greedy only)", kind="int", lo=0)
     eval_after: bool = setting(True, "measure success on the panel after RL", kind="bool")
     eval_teacher: bool = setting(True, "after RL, also play the measured training tasks with each game's first "
                                        "Local skill (the OPD teacher), before and after RL, to compare student and "

@@ -188,9 +188,11 @@ def evaluate_conditions(model: Any, tokenizer: Any, task_ids: Sequence[str], *, 
                         samples: int = 0, seed: int = 0, temperature: float = 1.0, log=print) -> dict[str, Any]:
     """Play the panel under each condition; conditions that need a Global are skipped (and listed under
     ``skipped``) when the bank holds none for the panel's scopes. With ``samples`` > 0 the policy is also
-    sampled (no Global): ``samples`` episodes per task at ``temperature``, under ``results["sampled"]`` (per task
-    the mean of its episodes), from a generator seeded with ``seed`` inside a forked RNG, so it is the same on
-    every run and leaves the caller's random state (and so the training that follows) untouched."""
+    sampled without a Global: ``samples`` episodes per task at ``temperature``, under ``results["sampled"]`` (per
+    task the mean of its episodes), from a generator seeded with ``seed`` inside a forked RNG, so it is the same
+    on every run and leaves the caller's random state (and so the training that follows) untouched; when the
+    learned Global was measured, the policy is sampled with it too, with the same seed and samples, under
+    ``results["sampled_learned"]`` (the run as deployed)."""
     results: dict[str, Any] = {"conditions": {}, "skipped": {},
                                "decoding": "greedy" if action_selection == "generate" else "greedy choice",
                                "panel_size": len(task_ids)}

@@ -135,8 +135,9 @@ def load_model(model_dir: Path, config: RunConfig) -> tuple[Any, Any]:
 
 def measure(model: Any, tokenizer: Any, config: RunConfig, tasks: list[str], run: RunDir, *, label: str,
             conditions: tuple[str, ...], log: Callable[[str], None], split: str | None = None) -> dict[str, Any]:
-    """Success on the panel (or on ``tasks`` of ``split``) under ``conditions`` (greedy), and sampled without
-    Global (``RunConfig.samples_for``); written to ``eval/<label>.json``."""
+    """Success on the panel (or on ``tasks`` of ``split``) under ``conditions`` (greedy), and sampled
+    (``RunConfig.samples_for``) without a Global and, when ``conditions`` hold the learned Global, with it;
+    written to ``eval/<label>.json``."""
 
     results = evaluate_panel(model, tokenizer, config, tasks, run.bank, conditions=conditions, log=log,
                              split=split, samples=config.samples_for(split))

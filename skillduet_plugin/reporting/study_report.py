@@ -2,8 +2,8 @@
 with bootstrap intervals), built from what the runs wrote (``metrics.jsonl``, ``eval/*.json``, ``summary.json``).
 
 Panel numbers are means over seeds x panel tasks with percentile-bootstrap 95% intervals
-(:func:`core.stats.bootstrap_interval`); differences to GRPO are paired (same seeds, same panel). Runs that
-have not finished are listed, not guessed.
+(:func:`core.stats.bootstrap_interval`); differences between arms are paired by seed (the seeds both arms
+finished, same panel: ``study_aims.paired``). Runs that have not finished are listed, not guessed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from skillduet_plugin.core.stats import Interval, bootstrap_interval
 from skillduet_plugin.envs.registry import env_names, env_spec
-from skillduet_plugin.reporting.study_aims import (SAMPLED, SAMPLED_LEARNED, aims_section, outcome_matrix,
+from skillduet_plugin.reporting.study_aims import (SAMPLED, SAMPLED_LEARNED, aims_section, outcome_matrix, paired,
                                                    with_sampled)
 from skillduet_plugin.reporting.study_mechanism import mechanism_section
 from skillduet_plugin.runs import plots as run_plots
@@ -83,6 +83,9 @@ def load_study(root: str | os.PathLike) -> tuple[StudySpec, dict[str, Any], list
 
 
 def _ci(matrix: list[list[float]] | None, other: list[list[float]] | None = None) -> Interval | None:
+    """The mean of ``matrix`` (or its paired difference to ``other``, whose rows are already the same seeds in
+    the same order: one arm's conditions, or the one before-RL row repeated). Two arms are compared through
+    ``study_aims.paired``, which pairs their runs by seed."""
     if matrix is None or (other is not None and (len(other) != len(matrix) or len(other[0]) != len(matrix[0]))):
         return None
     return bootstrap_interval(matrix, other)
@@ -304,12 +307,16 @@ def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[s
         lines += _table(["Method", "Seeds", f"Success % ({how})", "After - before (points)", "Verdict"], rows)
         lines += [""]
         pairs = [(a.arm, "grpo") for a in arms if a.arm != "grpo"] + [("strength", "random")]
-        label = {a.arm: a.label for a in arms}
-        comp = [[f"{label[x]} - {label[y]}", _pct(_ci(mats[x], mats[y]), signed=True),
-                 _verdict(_ci(mats[x], mats[y]))]
-                for x, y in pairs if mats.get(x) is not None and mats.get(y) is not None]
+        by_arm = {a.arm: a for a in arms if a.seeds}
+        comp = []
+        for x, y in pairs:
+            if mats.get(x) is not None and mats.get(y) is not None:
+                iv, seeds = paired(by_arm, x, condition, y, condition, "train")
+                comp.append([f"{by_arm[x].label} - {by_arm[y].label}", str(len(seeds)), _pct(iv, signed=True),
+                             _verdict(iv)])
         if comp:
-            lines += _table([f"Comparison (training tasks, {how})", "Difference", "Verdict"], comp) + [""]
+            lines += _table([f"Comparison (training tasks, {how})", "Common seeds", "Difference", "Verdict"],
+                            comp) + [""]
     return lines
 
 
@@ -352,14 +359,15 @@ def _conclusions(arms: Sequence[ArmData]) -> list[str]:
     by_arm = {a.arm: a for a in arms if a.evals}
     pairs = [(a, "grpo") for a in by_arm if a != "grpo"] + [("strength", "random"), ("strength", "local_only")]
     lines = ["## What the numbers say", "",
-             "Paired differences of panel success after RL (points, 95% bootstrap interval). With few seeds and "
-             "a small panel the intervals are wide: \"no difference beyond the interval\" is not evidence of "
-             "equality.", ""]
+             "Paired differences of panel success after RL (points, 95% bootstrap interval over the seeds both "
+             "arms finished x tasks). With few seeds and a small panel the intervals are wide: \"no difference "
+             "beyond the interval\" is not evidence of equality.", ""]
     rows = []
     for a, b in pairs:
         if a in by_arm and b in by_arm:
-            iv = _ci(outcome_matrix(by_arm[a].evals), outcome_matrix(by_arm[b].evals))
-            rows.append([f"{by_arm[a].label} - {by_arm[b].label}", _pct(iv, signed=True), _verdict(iv)])
+            iv, seeds = paired(by_arm, a, "none", b, "none", "panel")
+            rows.append([f"{by_arm[a].label} - {by_arm[b].label}", str(len(seeds)), _pct(iv, signed=True),
+                         _verdict(iv)])
     if not rows:
         return lines + ["Fewer than two arms have finished runs.", ""]
-    return lines + _table(["Comparison", "Difference", "Verdict"], rows) + [""]
+    return lines + _table(["Comparison", "Common seeds", "Difference", "Verdict"], rows) + [""]

@@ -53,3 +53,36 @@ def test_aims_table_says_met_only_above_zero_beyond_the_interval():
     row = next(line for line in lines if line.startswith("| SkillDuet (Strength) as deployed - GRPO | RL games"))
     assert row.endswith("| no |")  # negative control: no difference is not an aim met
     assert aims_section([], _pct, _verdict, _table)[-2] == "No pair of arms has finished runs on common seeds."
+
+
+def _row(lines, start):
+    return next(line for line in lines if line.startswith(start))
+
+
+def test_report_comparisons_pair_the_arms_by_seed():
+    """The comparison tables pair two arms' runs by seed (``paired``), not by list position: with seeds [1, 2]
+    and [1, 3] only seed 1 is paired; with [1, 2] against [2, 1] each run meets its own seed."""
+    from skillduet_plugin.reporting.study_report import _conclusions, _training_section
+
+    # seed 1: Strength wins every task, GRPO none; Strength's seed 2 and GRPO's seed 3 the other way round
+    strength = _arm("strength", [1, 2], [{"none": [1, 1]}, {"none": [0, 0]}])
+    grpo = _arm("grpo", [1, 3], [{"none": [0, 0]}, {"none": [1, 1]}])
+    panel = _row(_conclusions([strength, grpo]), "| strength - grpo")
+    assert panel == "| strength - grpo | 1 | +100.0 [+100.0, +100.0] | above, beyond the interval |"
+    before = {"panel_size": 2, "panel": "train", "conditions": {"none": _cond([0, 0])}}
+    training = _row(_training_section([strength, grpo], before), "| strength - grpo")
+    assert training == "| strength - grpo | 1 | +100.0 [+100.0, +100.0] | above, beyond the interval |"
+
+    # the same seeds listed in another order: by seed, Strength is 50 points above on every seed and task
+    strength = _arm("strength", [1, 2], [{"none": [1, 1]}, {"none": [0.5, 0.5]}])
+    grpo = _arm("grpo", [2, 1], [{"none": [0, 0]}, {"none": [0.5, 0.5]}])
+    assert _row(_conclusions([strength, grpo]), "| strength - grpo") == \
+        "| strength - grpo | 2 | +50.0 [+50.0, +50.0] | above, beyond the interval |"
+    assert _row(_training_section([strength, grpo], before), "| strength - grpo") == \
+        "| strength - grpo | 2 | +50.0 [+50.0, +50.0] | above, beyond the interval |"
+
+    # unequal counts: the common seed is paired, not "not comparable"
+    grpo = _arm("grpo", [1], [{"none": [0, 0]}])
+    strength = _arm("strength", [1, 2], [{"none": [1, 1]}, {"none": [0, 0]}])
+    assert _row(_conclusions([strength, grpo]), "| strength - grpo") == \
+        "| strength - grpo | 1 | +100.0 [+100.0, +100.0] | above, beyond the interval |"

@@ -45,10 +45,22 @@ def _backend(server, role: str) -> list[str]:
             f"skillduet.{role}.temperature=0"]
 
 
+def _outcome(out):
+    """A finished run's last step record, its bank's Local skills and its Global versions."""
+    from skillduet_plugin.skills.bank import SkillBank
+
+    last = [r for r in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines())
+            if "event" not in r][-1]
+    bank = SkillBank(out / "skill_bank.sqlite", readonly=True)
+    try:
+        return last, bank.candidates(), bank.history()
+    finally:
+        bank.close()
+
+
 def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_path, monkeypatch, capsys):
     from skillduet_plugin.cli import main
     from skillduet_plugin.llm.openai_backend import OpenAIBackend
-    from skillduet_plugin.skills.bank import SkillBank
     from skillduet_plugin.skills.consolidate import clean_items
     from skillduet_plugin.skills.judge import judge_skill_reply, line_structure, parse_global_answer
 
@@ -71,13 +83,7 @@ def test_train_with_vllm_serve_as_analyzer_and_synthesizer(server, games, tmp_pa
     assert code == 0
     capsys.readouterr()
     served = server.metric("vllm:request_success_total") - before
-    last = [r for r in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines())
-            if "event" not in r][-1]
-    bank = SkillBank(out / "skill_bank.sqlite", readonly=True)
-    try:
-        candidates, versions = bank.candidates(), bank.history()
-    finally:
-        bank.close()
+    last, candidates, versions = _outcome(out)
     analyzed = [(prompt, text) for role, prompt, text in replies if role == "analyzer"]
     tasks = [m.group(1) if m else "" for m in (re.search(r"^Task: (.*)$", p, re.MULTILINE) for p, _ in analyzed)]
     usable = [v.text for v in (judge_skill_reply(text, prompt, task=task, max_chars=4000)
@@ -130,7 +136,6 @@ def test_server_decoded_advice_reaches_the_bank_and_the_synthesizer(server, game
     the same server, and the Global is its merge or a counted fallback, printed by ``skills show``."""
     from skillduet_plugin.cli import main
     from skillduet_plugin.llm import openai_backend
-    from skillduet_plugin.skills.bank import SkillBank
     from skillduet_plugin.skills.consolidate import clean_items
     from skillduet_plugin.skills.judge import parse_global_answer
 
@@ -154,13 +159,7 @@ def test_server_decoded_advice_reaches_the_bank_and_the_synthesizer(server, game
                  *_backend(server, "synthesizer"), "--output-dir", str(out)])
     assert code == 0
     capsys.readouterr()
-    last = [r for r in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines())
-            if "event" not in r][-1]
-    bank = SkillBank(out / "skill_bank.sqlite", readonly=True)
-    try:
-        candidates, versions = bank.candidates(), bank.history()
-    finally:
-        bank.close()
+    last, candidates, versions = _outcome(out)
     analyzed = [text for role, text in replies if role == "analyzer"]
     synthesized = [text for role, text in replies if role == "synthesizer"]
     with capsys.disabled():

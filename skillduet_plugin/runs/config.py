@@ -71,8 +71,8 @@ class WarmStartConfig:
                               "same model); cached by a hash of its inputs; an interrupted warm start is never "
                               "reused", kind="int", lo=0)
     max_turns: int | None = setting(12, "turn cap of the cloned expert episodes (null: the run's max_turns); above "
-                                        "max_turns, RL gets a tighter turn budget than the expert had", kind="int", lo=1,
-                                    optional=True, fix="expected a positive integer or null")
+                                        "max_turns, RL gets a tighter turn budget than the expert had", kind="int",
+                                    lo=1, optional=True, fix="expected a positive integer or null")
     batch_size: int = setting(4, "episodes per optimizer step", kind="int", lo=1)
     workers: int = setting(0, "processes computing episode gradients and reading-design episodes (0: auto from "
                               "cores and threads, 1 below 50 steps; 1: in-process); speed only: any count trains the "

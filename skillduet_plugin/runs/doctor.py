@@ -93,7 +93,6 @@ def verl_target(overrides: Sequence[str], timeout: float = 600.0) -> Target:
 
     from omegaconf import OmegaConf  # lazy: omegaconf
 
-
     proc = subprocess.run([sys.executable, "-m", "skillduet_plugin.main_ppo", *overrides], capture_output=True,
                           text=True, env=dict(os.environ, DRY_RUN="1"), timeout=timeout)
     text = proc.stdout.split("# DRY_RUN:")[0]

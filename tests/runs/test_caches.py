@@ -181,8 +181,11 @@ def test_code_digest_ignores_docstrings_and_comments_but_not_code(tmp_path, monk
         code_digest.cache_clear()  # one digest per process otherwise
         return code_digest("digest_probe_mod")
 
-    base = digest('"""Module doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # one\n\n\nclass C:\n    "c"\n    y = 2\n')
-    assert digest('"""Other doc."""\n\ndef f(x):\n    """New doc."""\n    return x + 1\n\n\nclass C:\n    "d"\n    y = 2\n') == base
+    base = digest('"""Module doc."""\n\n'
+                  'def f(x):\n    """Doc."""\n    return x + 1  # one\n\n\nclass C:\n    "c"\n    y = 2\n')
+    assert digest('"""Other doc."""\n\n'
+                  'def f(x):\n    """New doc."""\n    return x + 1\n\n\nclass C:\n    "d"\n    y = 2\n') == base
     assert digest('def f(x):\n    return x + 1\n\n\nclass C:\n    y = 2\n') == base
-    assert digest('"""Module doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n\n\nclass C:\n    "c"\n    y = 2\n') != base
+    assert digest('"""Module doc."""\n\n'
+                  'def f(x):\n    """Doc."""\n    return x + 2\n\n\nclass C:\n    "c"\n    y = 2\n') != base
     assert digest('def f(x):\n    return "x"\n\n\nclass C:\n    y = 2\n') != base  # a string that is code counts

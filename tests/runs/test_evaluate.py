@@ -75,7 +75,8 @@ def test_conditions_insert_length_matched_sections(bank_with_global, tiny_tokeni
 def test_summarize_per_type_and_avg():
     eps = [SimpleNamespace(task_id=f"t{k}", scope=s, won=w, score=float(w), error=None, invalid_actions=i,
                            num_turns=4)
-           for k, (s, w, i) in enumerate([("pick", True, 0), ("pick", False, 2), ("pick", True, 0), ("look", False, 1)])]
+           for k, (s, w, i) in enumerate([("pick", True, 0), ("pick", False, 2), ("pick", True, 0),
+                                          ("look", False, 1)])]
     r = summarize(eps, "alfworld")
     assert r["success"] == pytest.approx(0.5)
     assert r["per_type"] == {"look": 0.0, "pick": pytest.approx(2 / 3)}
@@ -103,7 +104,8 @@ def test_format_table_alfworld_and_webshop():
 
 def test_evaluate_conditions_on_a_tiny_panel(bank_with_global, tiny_model, tiny_tokenizer):
     lifecycle = eval_lifecycle(str(bank_with_global), SkillDuetConfig(skill_token_budget=256), tiny_tokenizer)
-    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, action_selection="generate",
+    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096,
+                  action_selection="generate",
                   log=lambda m: None)
     first = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle, **kwargs)
     again = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle, **kwargs)
@@ -124,8 +126,9 @@ def test_evaluate_conditions_on_a_tiny_panel(bank_with_global, tiny_model, tiny_
 
 def test_summarize_averages_a_task_played_several_times():
     """Sampled evaluation plays each task k times: its outcome and score are the means, by hand."""
-    runs = [("t0", "pick", True, 1.0), ("t0", "pick", False, 0.2), ("t0", "pick", True, 1.0), ("t0", "pick", False, 0.0),
-            ("t1", "look", False, 0.5), ("t1", "look", False, 0.3), ("t1", "look", True, 1.0), ("t1", "look", False, 0.1)]
+    runs = [("t0", "pick", True, 1.0), ("t0", "pick", False, 0.2), ("t0", "pick", True, 1.0),
+            ("t0", "pick", False, 0.0), ("t1", "look", False, 0.5), ("t1", "look", False, 0.3),
+            ("t1", "look", True, 1.0), ("t1", "look", False, 0.1)]
     eps = [SimpleNamespace(task_id=t, scope=s, won=w, score=sc, error=None, invalid_actions=0, num_turns=3)
            for t, s, w, sc in runs]
     r = summarize(eps, "alfworld")
@@ -140,7 +143,8 @@ def test_sampled_evaluation_is_seeded_and_leaves_the_callers_random_state_alone(
 
     from skillduet_plugin.runs.evaluate import sampled_episodes
 
-    limits = dict(env_name="alfworld", max_turns=3, max_new_tokens=6, max_total_tokens=4096, action_selection="generate")
+    limits = dict(env_name="alfworld", max_turns=3, max_new_tokens=6, max_total_tokens=4096,
+                  action_selection="generate")
     torch.manual_seed(123)
     state = torch.get_rng_state()
     first = sampled_episodes(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), samples=3, seed=7,
@@ -183,7 +187,8 @@ def test_sampled_evaluation_with_the_learned_global(bank_with_global, tiny_model
 
     monkeypatch.setattr(evaluate, "play_panel", spy)
     monkeypatch.setattr(evaluate, "seeded_torch_rng", seeded_spy)
-    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096, action_selection="generate",
+    kwargs = dict(env_name="alfworld", max_turns=2, max_new_tokens=6, max_total_tokens=4096,
+                  action_selection="generate",
                   log=lambda m: None, samples=2, seed=3)
     r = evaluate_conditions(tiny_model, tiny_tokenizer, TASKS, pool=FakePool(), lifecycle=lifecycle,
                             conditions=("none", "learned"), **kwargs)

@@ -58,4 +58,3 @@ def test_cloning_the_searching_expert_makes_the_tiny_model_win(tiny_model_dir, t
     after = _sampled_wins(model, chat, tmp_path, tasks)
     # measured: 38 of 48 sampled episodes won after 300 cloning steps (0 before)
     assert sum(map(sum, after)) >= 0.25 * len(tasks) * GROUP, after
-

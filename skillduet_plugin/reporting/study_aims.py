@@ -47,20 +47,32 @@ def with_sampled(result: dict[str, Any]) -> dict[str, Any]:
     return conditions
 
 
-def outcome_matrix(evals: Sequence[dict[str, dict[str, Any]]], condition: str = "none",
-                   task_type: str | None = None) -> list[list[float]] | None:
-    """``(seeds, tasks)`` wins under ``condition`` (tasks in the panel order of the first seed, only those of
-    ``task_type`` when given); None when a seed lacks that condition."""
-    rows, tasks = [], None
+def outcome_tasks(evals: Sequence[dict[str, dict[str, Any]]], condition: str = "none",
+                  task_type: str | None = None) -> list[str] | None:
+    """The task ids every seed measured under ``condition`` (only those of ``task_type`` when given), sorted, so
+    that two matrices built from them pair the same game in the same column; None when a seed lacks the
+    condition or measured other games."""
+    tasks = None
     for ev in evals:
         cond = ev.get(condition)
         if not cond or "outcomes" not in cond:
             return None
-        if tasks is None:
-            types = cond.get("task_types", {})
-            tasks = [t for t in cond["outcomes"] if task_type is None or types.get(t) == task_type]
-        rows.append([float(cond["outcomes"][t]) for t in tasks])
-    return rows if rows and tasks else None
+        types = cond.get("task_types", {})
+        these = sorted(t for t in cond["outcomes"] if task_type is None or types.get(t) == task_type)
+        if tasks is not None and these != tasks:
+            return None
+        tasks = these
+    return tasks or None
+
+
+def outcome_matrix(evals: Sequence[dict[str, dict[str, Any]]], condition: str = "none",
+                   task_type: str | None = None) -> list[list[float]] | None:
+    """``(seeds, tasks)`` wins under ``condition``, columns in the order of :func:`outcome_tasks`; None when a
+    seed lacks that condition or the seeds measured different games."""
+    tasks = outcome_tasks(evals, condition, task_type)
+    if tasks is None:
+        return None
+    return [[float(ev[condition]["outcomes"][t]) for t in tasks] for ev in evals]
 
 
 def paired(arms: dict[str, Any], a: str, cond_a: str, b: str, cond_b: str,
@@ -77,8 +89,11 @@ def paired(arms: dict[str, Any], a: str, cond_a: str, b: str, cond_b: str,
         per_seed = dict(zip(d.seeds, d.train_evals if where == "train" else d.evals))
         return [per_seed[s] for s in seeds]
 
-    ma, mb = outcome_matrix(evals(da), cond_a), outcome_matrix(evals(db), cond_b)
-    if ma is None or mb is None or len(ma[0]) != len(mb[0]):
+    ea, eb = evals(da), evals(db)
+    if outcome_tasks(ea, cond_a) != outcome_tasks(eb, cond_b):  # other games (or none): nothing to pair
+        return None, seeds
+    ma, mb = outcome_matrix(ea, cond_a), outcome_matrix(eb, cond_b)
+    if ma is None or mb is None:
         return None, seeds
     return bootstrap_interval(ma, mb), seeds
 

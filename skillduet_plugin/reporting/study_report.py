@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 from skillduet_plugin.core.stats import Interval, bootstrap_interval
 from skillduet_plugin.envs.registry import env_names, env_spec
-from skillduet_plugin.reporting.study_aims import (SAMPLED, SAMPLED_LEARNED, aims_section, outcome_matrix, paired,
-                                                   with_sampled)
+from skillduet_plugin.reporting.study_aims import (SAMPLED, SAMPLED_LEARNED, aims_section, outcome_matrix,
+                                                   outcome_tasks, paired, with_sampled)
 from skillduet_plugin.reporting.study_mechanism import mechanism_section
 from skillduet_plugin.runs import plots as run_plots
 from skillduet_plugin.runs.rundir import read_metrics, step_records
@@ -289,8 +289,8 @@ def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[s
     for condition, how in (("none", "greedy"), (SAMPLED, "sampled policy"), ("learned", "greedy, learned Global"),
                            (SAMPLED_LEARNED, "sampled policy, learned Global")):
         # before RL there is no Global: the learned rows are measured against the shared model without one
-        before_m = outcome_matrix([with_sampled(before)], {"learned": "none", SAMPLED_LEARNED: SAMPLED}.get(
-            condition, condition))
+        before_cond = {"learned": "none", SAMPLED_LEARNED: SAMPLED}.get(condition, condition)
+        before_m = outcome_matrix([with_sampled(before)], before_cond)
         if before_m is None or (condition in ("learned", SAMPLED_LEARNED)
                                 and not any(outcome_matrix(a.train_evals, condition) for a in arms if a.seeds)):
             continue
@@ -301,7 +301,7 @@ def _training_section(arms: Sequence[ArmData], before: dict[str, Any]) -> list[s
             m = outcome_matrix(evs, condition) if len(evs) == len(a.evals) and evs else None
             mats[a.arm] = m
             gain = None
-            if m is not None:
+            if m is not None and outcome_tasks(evs, condition) == outcome_tasks([with_sampled(before)], before_cond):
                 gain = _ci(m, [before_m[0]] * len(m))
             rows.append([a.label, str(len(evs)), _pct(_ci(m)), _pct(gain, signed=True), _verdict(gain)])
         lines += _table(["Method", "Seeds", f"Success % ({how})", "After - before (points)", "Verdict"], rows)

@@ -86,3 +86,27 @@ def test_report_comparisons_pair_the_arms_by_seed():
     strength = _arm("strength", [1, 2], [{"none": [1, 1]}, {"none": [0, 0]}])
     assert _row(_conclusions([strength, grpo]), "| strength - grpo") == \
         "| strength - grpo | 1 | +100.0 [+100.0, +100.0] | above, beyond the interval |"
+
+
+def _arm_by_id(name, seeds, outcomes):
+    """One condition ("sampled") per seed with ``outcomes`` as given: a dict task id -> outcome, in its own order."""
+    evals = [{"sampled": {"outcomes": dict(per_seed)}} for per_seed in outcomes]
+    return SimpleNamespace(arm=name, label=name, seeds=list(seeds), evals=evals, train_evals=evals)
+
+
+def test_paired_matches_games_by_id_not_by_position():
+    games = {"a": 1.0, "b": 0.0, "c": 0.0}
+    reordered = dict(reversed(list(games.items())))  # the same outcomes, listed c, b, a
+    arms = {"x": _arm_by_id("x", [1], [games]), "y": _arm_by_id("y", [1], [reordered])}
+    iv, seeds = paired(arms, "x", "sampled", "y", "sampled", "train")
+    assert seeds == [1] and iv.estimate == 0.0 and (iv.low, iv.high) == (0.0, 0.0)
+    other = {"a": 1.0, "b": 0.0, "d": 0.0}  # as many games, one of them another game: nothing to pair
+    arms["z"] = _arm_by_id("z", [1], [other])
+    assert paired(arms, "x", "sampled", "z", "sampled", "train") == (None, [1])
+
+
+def test_outcome_matrix_orders_games_by_id_and_refuses_seeds_with_other_games():
+    arm = _arm_by_id("x", [1, 2], [{"b": 0.0, "a": 1.0}, {"a": 0.5, "b": 0.25}])
+    assert outcome_matrix(arm.evals, "sampled") == [[1.0, 0.0], [0.5, 0.25]]  # columns a, b in both rows
+    arm = _arm_by_id("x", [1, 2], [{"a": 1.0, "b": 0.0}, {"a": 0.5, "c": 0.25}])
+    assert outcome_matrix(arm.evals, "sampled") is None

@@ -146,7 +146,7 @@ def test_skillduet_fit_checkpoints_and_resume(tmp_path):
     assert metrics[2]["skillduet/rollout_global_version"] >= 1  # step 1's Global was in step 2's prompts
     assert_rollout_synced(metrics, [2])
     for phase in ("skillduet_extract", "skillduet_teacher", "skillduet_score", "skillduet_end_step"):
-        assert metrics[2][f"timing_s/{phase}"] >= 0, phase
+        assert f"timing_s/{phase}" in metrics[2], phase  # each phase is timed in verl's own timing_s/ group
 
     ckpt = tmp_path / "checkpoints"
     saved = {}

@@ -456,3 +456,27 @@ def test_a_fresh_start_refuses_a_lost_bank_next_to_its_checkpoints(monkeypatch, 
     with pytest.raises(BankError, match="is missing or empty, but 1 snapshot.*global_step_10.*resume with "
                                         "trainer.resume_mode=auto"):
         lost._load_checkpoint()
+
+
+def test_start_up_publishes_the_globals_a_bank_already_holds(monkeypatch, tiny_tokenizer, tmp_path):
+    """A bank that already holds Globals (``skillduet.bank_path`` of an earlier run, or the step-overhead bench's
+    seeded one) serves them from the first rollout, before any task of their scope was played."""
+    from skillduet_plugin.config import SkillDuetConfig
+    from skillduet_plugin.skills.lifecycle import SkillLifecycle
+
+    def started(name, globals_by_scope):
+        life = SkillLifecycle(SkillDuetConfig(), tmp_path / f"{name}.sqlite", tokenizer=tiny_tokenizer,
+                              analyzer=object(), synthesizer=object(), similarity=None)
+        if globals_by_scope:
+            life.bank.commit_consolidation(0, [{"scope": s, "items": [t], "text": f"- {t}", "selector": "seeded",
+                                                "report": {}} for s, t in globals_by_scope.items()])
+        trainer = _trainer(monkeypatch, tiny_tokenizer, tmp_path / name, life)
+        trainer._publish_bank_globals()
+        life.close()
+        return trainer
+
+    trainer = started("seeded", {"pick": "take the mug first", "heat": "use the microwave"})
+    assert trainer.published == [{s: {"scope": s, "version": 1, "text": f"- {t}", "items": [t]}
+                                  for s, t in (("heat", "use the microwave"), ("pick", "take the mug first"))}]
+    assert trainer._scopes == {"heat", "pick"}
+    assert started("empty", {}).published == []  # an empty bank: nothing to serve yet

@@ -130,7 +130,7 @@ class SkillDuetTrainer(SkillBankCheckpoints, TeacherPass, TeacherCheck, PPOTrain
             actor_config, opd_coef=method.opd_coef, gate_beta=method.gate_beta,
             policy_loss_coef=method.policy_loss_coef, estimator=method.opd_estimator, topk=method.opd_topk))
         self.global_server = create_server(self.skillduet.global_server)
-        self._publish_globals()
+        self._publish_bank_globals()
 
     # ------------------------------------------------------------------ per-group work during the rollout
     def _prefetching(self) -> bool:
@@ -270,6 +270,13 @@ class SkillDuetTrainer(SkillBankCheckpoints, TeacherPass, TeacherCheck, PPOTrain
         pending = dict(getattr(self, "_pending_sync_metrics", None) or {})
         pending.update({f"skillduet/{k}": v for k, v in (self.lifecycle.metrics() or {}).items()})
         self._pending_sync_metrics = pending
+
+    def _publish_bank_globals(self) -> None:
+        """At start-up, every scope the bank already knows: a bank that holds Globals (a resumed run's, or one an
+        earlier run filled, given as ``skillduet.bank_path``) serves them from the first rollout on, not only
+        after a task of that scope was played and a step ended."""
+        self._scopes.update(self.lifecycle.bank.scopes())
+        self._publish_globals()
 
     def _publish_globals(self) -> None:
         if self.global_server is None or not self.skillduet.method.use_global or not self._scopes:

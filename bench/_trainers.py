@@ -79,6 +79,8 @@ class Stepper:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.timer = PhaseTimer()
+        self.prompt_tokens: list[float] = []  # per rollout: mean tokens of the episodes' first prompts
+        self.episode_tokens: list[float] = []  # per rollout: mean tokens of first prompt + completion (all turns)
         for phase, name in PHASE_METHODS:
             owner, _, attr = name.rpartition(".")
             obj = getattr(trainer, owner, None) if owner else trainer
@@ -86,13 +88,25 @@ class Stepper:
                 setattr(obj, attr, self.timer.wrap(phase, getattr(obj, attr)))
         # TRL keeps the rollout function it was given at construction; time that reference too.
         if getattr(trainer, "rollout_func", None) is not None:
-            trainer.rollout_func = self.timer.wrap("rollout", trainer.rollout_func)
+            trainer.rollout_func = self.timer.wrap("rollout", self._recording(trainer.rollout_func))
             trainer._skillduet_rollout = getattr(type(trainer), "_skillduet_rollout").__get__(trainer)
         trainer.create_optimizer_and_scheduler(num_training_steps=trainer.args.max_steps)
         trainer.current_gradient_accumulation_steps = 1
         self._loader = trainer.get_train_dataloader()
         self._batches = iter(self._loader)
         trainer.model.train()
+
+    def _recording(self, rollout_func: Callable) -> Callable:
+        """``rollout_func`` that also keeps each step's mean first-prompt and whole-episode token counts."""
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            out = rollout_func(*args, **kwargs)
+            prompts, completions = out.get("prompt_ids") or [], out.get("completion_ids") or []
+            if prompts:
+                self.prompt_tokens.append(statistics.mean(len(p) for p in prompts))
+                self.episode_tokens.append(statistics.mean(len(p) + len(c) for p, c in zip(prompts, completions)))
+            return out
+
+        return recorded
 
     def _next_batch(self) -> Any:
         try:
@@ -146,14 +160,16 @@ def close_lifecycles(steppers: dict[str, "Stepper"]) -> None:
 
 
 def median_breakdown(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Per configuration, the median step and the median of each phase (``<phase>_s``), and the median of the
-    step without its rollout (``excl_rollout_s``)."""
+    """Per configuration, the median step and the median of each phase (``<phase>_s``), the median of the step
+    without its rollout (``excl_rollout_s``) and of what no phase covers (``backward_and_rest_s``)."""
     phases = sorted({k for rs in rounds.values() for r in rs for k in r} - {"total"})
     out = {}
     for name, rs in rounds.items():
         row = {"total_s": statistics.median(r["total"] for r in rs)}
         row.update({f"{p}_s": statistics.median(r.get(p, 0.0) for r in rs) for p in phases})
         row["excl_rollout_s"] = statistics.median(r["total"] - r.get("rollout", 0.0) for r in rs)
+        # what no phase wrapper times: the backward pass, the optimizer step and TRL's batch bookkeeping
+        row["backward_and_rest_s"] = statistics.median(r["total"] - sum(r.get(p, 0.0) for p in phases) for r in rs)
         out[name] = row
     return out
 

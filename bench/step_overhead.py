@@ -12,6 +12,12 @@ so episode lengths differ: the rollout phase (same code in both) is reported sep
 from the teacher pass); ``--pairwise`` adds the pairwise estimator (``heldout="same_scope"``) as a fourth
 configuration. Headline: ``step_overhead`` = median(SkillDuet step) /
 median(GRPO step); ``pair_ratio_min/max`` is the spread of the per-round ratios.
+
+``--regime`` picks the state of SkillDuet's bank: ``none`` (no Global within these few steps, the paper's schedule),
+``global`` (the bank seeded with a Global at ``--global-tokens`` for every scope of the games, so every rollout
+prompt carries it from the first step: the steady state of a long run; ``bench/_global_regime.py``) or ``both``
+(two SkillDuet trainers beside the one GRPO trainer). ``regimes.<regime>`` holds each ratio, its phase ratios
+and the mean first-prompt and whole-episode tokens; ``step_overhead_global`` the global regime's ratio.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _common  # noqa: E402
+from bench import _global_regime  # noqa: E402
 from bench import _trainers  # noqa: E402
 
 
@@ -72,6 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens-per-turn", type=int, default=16, help="max new tokens per turn (default 16)")
     parser.add_argument("--consolidation-interval", type=int, default=10,
                         help="SkillDuet consolidation interval (default 10, the paper's)")
+    parser.add_argument("--regime", default="none", choices=REGIMES,
+                        help="none: no Global within the run (the paper's schedule over a few steps); global: the "
+                             "bank seeded before the run with a Global at --global-tokens for every scope, so every "
+                             "rollout prompt carries it (the steady state); both: the two side by side, one GRPO")
+    parser.add_argument("--global-tokens", type=int, default=_global_regime.DEMO_GLOBAL_BUDGET,
+                        help="the global regime's skillduet.skill_token_budget, the seeded Global's length "
+                             f"(default {_global_regime.DEMO_GLOBAL_BUDGET}, the ALFWorld demo's)")
     parser.add_argument("--no-local-only", dest="local_only", action="store_false",
                         help="skip the third configuration (Local-only: teacher pass without scoring or Global)")
     parser.add_argument("--pairwise", action="store_true",
@@ -84,10 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     episodes = args.episodes or (4 if args.smoke else 8)
     turns = args.max_turns or (2 if args.smoke else 3)
     repeats = _common.repeats_of(args)
+    regimes = [r for r in ("none", "global") if args.regime in (r, "both")]
+    if "global" in regimes:
+        print(f"global regime: a seeded Global of skill_token_budget={args.global_tokens} tokens", flush=True)
 
     load_before = _common.machine_conditions().get("load_avg")
+    seeded = None
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-") as tmp:
-        configs = [("skillduet", "skillduet", {}), ("grpo", "grpo", {})]
+        configs = [(REGIME_CONFIG[r], "skillduet", {"skill_token_budget": args.global_tokens} if r == "global" else {})
+                   for r in regimes] + [("grpo", "grpo", {})]
         if args.local_only:  # OPD teacher + extraction, no scoring / Global: the extras that must exist
             configs.insert(1, ("local_only", "local_only", {}))
         if args.pairwise:  # the previous estimator: one forward per (candidate, held-out trajectory) pair
@@ -97,56 +116,89 @@ def main(argv: list[str] | None = None) -> int:
         steppers = {name: _trainers.Stepper(_trainers.make_trainer(Path(tmp) / name, method, **common,
                                                                    skillduet_overrides=over))
                     for name, method, over in configs}
+        if "global" in regimes:  # the steady state: a Global at its budget in every rollout prompt from step 1
+            lifecycle = steppers["skillduet_global"].trainer.lifecycle
+            scopes = _global_regime.game_scopes(args.env, lifecycle.config.scope)
+            seeded = _global_regime.seed_globals(lifecycle.bank, scopes, args.global_tokens, lifecycle.tokenizer)
+            lifecycle.reload()
         _trainers.warm_env_caches(args.env)  # every game parsed once: no configuration pays cold loads
         rounds = _trainers.alternate(steppers, args.warmup, repeats)
         # Consolidation runs every ``interval`` steps, so the timed steps above may hold none: time one on the
         # bank as it stands (the candidates of these steps) and amortise it over the interval.
-        sd = steppers["skillduet"]
+        sd = steppers[REGIME_CONFIG[regimes[0]]]
         interval = args.consolidation_interval
         next_due = (sd.trainer.state.global_step // interval + 1) * interval
         sd.trainer.lifecycle.end_step(next_due)  # timed as "consolidation" by the Stepper's wrapper
         consolidation_once_s = sd.timer.take().get("consolidation", 0.0)
-        for stepper in steppers.values():
-            lifecycle = getattr(stepper.trainer, "lifecycle", None)
-            if lifecycle is not None and hasattr(lifecycle, "close"):
-                lifecycle.close()
+        tokens = {name: {"first_prompt_tokens_mean": _mean(st.prompt_tokens[-repeats:]),
+                         "episode_tokens_mean": _mean(st.episode_tokens[-repeats:])}
+                  for name, st in steppers.items()}
+        _trainers.close_lifecycles(steppers)
 
     def med(name: str, key: str) -> float:
         return statistics.median(r.get(key, 0.0) for r in rounds[name])
 
-    phases = sorted({k for rs in rounds.values() for r in rs for k in r} - {"total"})
-    breakdown = {name: {"total_s": med(name, "total"), **{f"{p}_s": med(name, p) for p in phases}}
-                 for name in rounds}
-    for name in rounds:
-        rest = [r["total"] - r.get("rollout", 0.0) for r in rounds[name]]
-        breakdown[name]["excl_rollout_s"] = statistics.median(rest)
-    ratio = med("skillduet", "total") / med("grpo", "total")
-    amortised = (med("skillduet", "total") + consolidation_once_s / args.consolidation_interval) / med("grpo", "total")
-    pair_ratios = [a["total"] / b["total"] for a, b in zip(rounds["skillduet"], rounds["grpo"])]
+    breakdown = _trainers.median_breakdown(rounds)
+    per_regime = {r: regime_summary(rounds, breakdown, REGIME_CONFIG[r]) for r in regimes}
+    for r in regimes:
+        per_regime[r]["tokens"] = {"skillduet": tokens[REGIME_CONFIG[r]], "grpo": tokens["grpo"]}
+    if seeded is not None:
+        per_regime["global"]["seeded_global"] = {"skill_token_budget": seeded.budget, "tokens": seeded.tokens,
+                                                 "scopes": list(seeded.scopes)}
+    head = per_regime[regimes[0]]
+    sd_name = REGIME_CONFIG[regimes[0]]
+    ratio = head["step_overhead"]
     results = {
         "workload": {"model_size": args.size, "env": args.env, "episodes_per_step": episodes, "group": args.group,
                      "max_turns": turns, "tokens_per_turn": args.tokens_per_turn, "repeats": repeats,
                      "warmup": args.warmup, "consolidation_interval": args.consolidation_interval,
-                     "analyzer": "offline"},
+                     "analyzer": "offline", "regime": args.regime},
+        "regimes": per_regime,
         "breakdown_median_s": breakdown,
-        "overhead_excl_rollout": breakdown["skillduet"]["excl_rollout_s"] / breakdown["grpo"]["excl_rollout_s"],
-        "rollout_ratio": (breakdown["skillduet"].get("rollout_s", 0.0) / breakdown["grpo"]["rollout_s"]
-                          if breakdown["grpo"].get("rollout_s") else None),
-        "median_of_pair_ratios": statistics.median(pair_ratios),
-        "pair_ratio_min": min(pair_ratios), "pair_ratio_max": max(pair_ratios),
+        "overhead_excl_rollout": head["overhead_excl_rollout"],
+        "rollout_ratio": head["rollout_ratio"],
+        "median_of_pair_ratios": head["median_of_pair_ratios"],
+        "pair_ratio_min": head["pair_ratio_min"], "pair_ratio_max": head["pair_ratio_max"],
         "local_only_ratio": med("local_only", "total") / med("grpo", "total") if "local_only" in rounds else None,
         "pairwise_ratio": (med("skillduet_pairwise", "total") / med("grpo", "total")
                            if "skillduet_pairwise" in rounds else None),
-        "scoring_share": med("skillduet", "scoring") / med("grpo", "total"),
+        "scoring_share": med(sd_name, "scoring") / med("grpo", "total"),
         "load_avg_before": load_before,
+        "load_avg_after": _common.machine_conditions().get("load_avg"),
         "consolidation_once_s": consolidation_once_s,
-        "ratio_with_amortised_consolidation": amortised,
+        "ratio_with_amortised_consolidation": ((med(sd_name, "total") + consolidation_once_s / interval)
+                                               / med("grpo", "total")),
         "per_step_s": {name: [round(r["total"], 3) for r in rs] for name, rs in rounds.items()},
     }
+    if "global" in per_regime:
+        results["step_overhead_global"] = per_regime["global"]["step_overhead"]
     if args.sdpo:
         results["single_turn"] = single_turn_block(args, episodes, repeats)
     _common.report("step_overhead", ratio, results, args)
     return 0
+
+
+#: --regime choices, and the SkillDuet configuration each regime times against the one GRPO configuration
+REGIMES = ("none", "global", "both")
+REGIME_CONFIG = {"none": "skillduet", "global": "skillduet_global"}
+
+
+def regime_summary(rounds: dict[str, list[dict[str, float]]], breakdown: dict[str, dict[str, float]],
+                   name: str) -> dict[str, float | None]:
+    """SkillDuet configuration ``name`` against GRPO: the step ratio of medians, the per-round ratios, the rest of
+    the step without the rollout, and the rollout's own ratio."""
+    pair = [a["total"] / b["total"] for a, b in zip(rounds[name], rounds["grpo"])]
+    sd, grpo = breakdown[name], breakdown["grpo"]
+    return {"step_overhead": sd["total_s"] / grpo["total_s"],
+            "overhead_excl_rollout": sd["excl_rollout_s"] / grpo["excl_rollout_s"],
+            "rollout_ratio": sd.get("rollout_s", 0.0) / grpo["rollout_s"] if grpo.get("rollout_s") else None,
+            "median_of_pair_ratios": statistics.median(pair), "pair_ratio_min": min(pair),
+            "pair_ratio_max": max(pair),
+            "phase_ratios": {k: (sd[k] / grpo[k] if grpo.get(k) else None) for k in sd if k.endswith("_s")}}
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.mean(values) if values else None
 
 
 if __name__ == "__main__":

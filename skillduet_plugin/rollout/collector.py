@@ -10,8 +10,10 @@ contexts), the prompt the policy saw (with the Global), the token view with its 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
+from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.rollout.engine import (ACTION_SELECTIONS, Episode, EpisodeEngine, Generation, StudentFn,
                                              to_trajectory)
@@ -81,9 +83,13 @@ def _uses_global(lifecycle: Any) -> bool:
     return bool(getattr(getattr(lifecycle, "config", None), "use_global", True))
 
 
+#: the scope of a run without a lifecycle (or a lifecycle without a config): the setting's declared default
+DEFAULT_SCOPE: str = {f.name: f.default for f in dataclasses.fields(SkillDuetConfig)}["scope"]
+
+
 def _scope_setting(lifecycle: Any) -> str:
-    """The lifecycle's ``config.scope`` (``task_type`` without a lifecycle or a config)."""
-    return str(getattr(getattr(lifecycle, "config", None), "scope", None) or "task_type")
+    """The lifecycle's ``config.scope`` (:data:`DEFAULT_SCOPE` without a lifecycle or a config)."""
+    return str(getattr(getattr(lifecycle, "config", None), "scope", None) or DEFAULT_SCOPE)
 
 
 def _group_indices(task_ids: Sequence[str]) -> list[int]:

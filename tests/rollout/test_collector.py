@@ -232,6 +232,17 @@ def test_scope_follows_the_lifecycle_scope_setting(chat, tmp_path, tiny_tokenize
     assert eps[0].student_messages == eps[0].prompt_messages
 
 
+def test_scope_without_a_lifecycle_config_is_the_declared_default():
+    from types import SimpleNamespace
+
+    from skillduet_plugin.config import SkillDuetConfig
+    from skillduet_plugin.rollout.collector import _scope_setting
+
+    declared = SkillDuetConfig().scope
+    assert _scope_setting(None) == _scope_setting(FakeLifecycle()) == declared
+    assert _scope_setting(SimpleNamespace(config=SkillDuetConfig(scope="single"))) == "single" != declared
+
+
 class FailingResetPool(AlfLikePool):
     """The second task's reset fails as ``EnvPool`` reports it: an error and an info without the task text."""
 

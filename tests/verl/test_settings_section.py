@@ -77,6 +77,15 @@ def test_a_key_nothing_reads_is_an_error():
         apply_plugins(_stock(["+trainer.plugins=[skillduet]", "+skillduet.opd_cof=0.2"]))
 
 
+def test_an_unregistered_environment_is_refused_before_the_run():
+    """An environment no installed package registers stops the section's parse (one line, before Ray starts) rather
+    than the agent-loop workers; with ``factory`` the name need not be registered."""
+    with pytest.raises(ConfigError, match=r"^skillduet.env.name='lanterns' is invalid: allowed values are .*alfworld"):
+        apply_plugins(_stock(["+trainer.plugins=[skillduet]", "+skillduet.env.name=lanterns"]))
+    made = parse_settings({"env": {"name": "lanterns", "factory": "lanterns_env:make_lanterns"}})
+    assert made.env.name == "lanterns"
+
+
 def test_the_old_name_works_for_one_release_with_a_one_line_warning():
     with pytest.warns(SettingRenamed, match=r"^skillduet.env.max_turn_tokens is deprecated and stops working in "
                                             r"skillduet 0.2: write skillduet.env.max_new_tokens_per_turn$"):

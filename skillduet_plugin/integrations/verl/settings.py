@@ -16,8 +16,9 @@ from typing import Any, Mapping
 
 from skillduet_plugin.config import SkillDuetConfig, check_estimator
 from skillduet_plugin.core.episode import episode_field
-from skillduet_plugin.core.settings import (ConfigError, check_keys, invalid, setting, take_renamed,
+from skillduet_plugin.core.settings import (ConfigError, check, check_keys, invalid, setting, take_renamed,
                                             validate_fields)
+from skillduet_plugin.envs.registry import env_names
 from skillduet_plugin.integrations.verl import AGENT_LOOP_NAME, PLUGIN_NAME, TRAINER_NAME
 
 #: ``actor``: an FSDP forward on the actor workers (default). ``rollout``: prefill requests with
@@ -61,6 +62,8 @@ class EnvSettings:
 
     def __post_init__(self) -> None:
         validate_fields(self, "skillduet.env.")
+        if self.factory is None:  # else the factory builds it: the name need not be registered
+            check("skillduet.env.name", self.name, choices=env_names())
         for key in ("factory", "initial_messages_fn", "turn_message_fn", "project_action_fn"):
             value = getattr(self, key)
             if value is not None and ":" not in value:

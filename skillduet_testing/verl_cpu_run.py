@@ -1,7 +1,8 @@
 """TEST-ONLY: run verl's real ``main_ppo`` (``fit()``) on a CPU with the tiny model, with or without SkillDuet.
 
 Used by the real-loop CI tests and by ``recipes/cpu_tiny_alfworld.sh``. Everything is built locally (tiny
-tokenizer and model, generated ALFWorld games or a rule-reward arithmetic set); nothing is downloaded. The run
+tokenizer and model, the tasks of the run's environment - generated ALFWorld games by default - or a rule-reward
+arithmetic set); nothing is downloaded. The run
 goes through the test-only CPU platform shim and CPU rollout backend (``skillduet_testing.verl_rollout``).
 
     python -m skillduet_testing.verl_cpu_run --out /tmp/skillduet_cpu [--steps 2] [--stock] [overrides...]
@@ -10,6 +11,7 @@ goes through the test-only CPU platform shim and CPU rollout backend (``skilldue
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from skillduet_plugin.integrations.verl.data import build_dataset
+from skillduet_plugin.integrations.verl.settings import EnvSettings
 from skillduet_plugin.warmstart.tiny_model import build_tiny
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,8 +69,8 @@ TINY_OVERRIDES = [
     "trainer.project_name=skillduet_cpu",
 ]
 
-#: SkillDuet on generated ALFWorld games: 3 turns of up to 24 tokens; the environment (ALFWorld) and the
-#: offline analyzer and synthesizer are the defaults.
+#: SkillDuet: 3 turns of up to 24 tokens; the environment (ALFWorld unless ``skillduet.env.name`` is overridden)
+#: and the offline analyzer and synthesizer are the defaults.
 ALFWORLD_OVERRIDES = [
     "trainer.plugins=[skillduet]",
     "data.max_prompt_length=1024",
@@ -128,10 +130,28 @@ def build_rule_dataset(out_dir: str | os.PathLike, n: int = 16) -> str:
     return str(path)
 
 
-def build_alfworld_dataset(out_dir: str | os.PathLike, max_train: int = 8) -> str:
-    """Rows for the first ``max_train`` generated ALFWorld games (generated once into the user cache)."""
+def env_of(overrides: Sequence[str]) -> str:
+    """The environment a SkillDuet run plays: its ``skillduet.env.name`` override, else the setting's default."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "skillduet.env.name":
+            return value
+    return {f.name: f.default for f in dataclasses.fields(EnvSettings)}["name"]
 
-    return build_dataset("alfworld", str(Path(out_dir) / "alfworld"), max_train=max_train)["train"]
+
+def build_env_dataset(out_dir: str | os.PathLike, env_name: str, env: dict[str, str] | None = None,
+                      max_train: int = 8) -> str:
+    """Rows for the first ``max_train`` training tasks of ``env_name``, written by the dataset builder
+    (``skillduet_plugin.integrations.verl.data``) in a process with ``env``: the run's own environment
+    variables, so an environment registered by a package on the run's PYTHONPATH is found as the run finds it."""
+    folder = Path(out_dir) / env_name
+    cmd = [sys.executable, "-m", "skillduet_plugin.integrations.verl.data", "--env", env_name, "--out", str(folder),
+           "--max-train", str(max_train)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"building the {env_name!r} dataset failed (exit {done.returncode}): {last}")
+    return str(folder / "train.parquet")
 
 
 def run_env(extra_pythonpath: str | None = None, **extra: str) -> dict[str, str]:
@@ -211,20 +231,25 @@ def joined_ray_log(log: str) -> str:
 
 def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_freq: int = 1,
         metrics: str | None = None, overrides: Sequence[str] = (), extra_env: dict[str, str] | None = None,
-        log: str | None = None, timeout: float | None = None, entry: str = ENTRIES[0]) -> int:
+        log: str | None = None, timeout: float | None = None, entry: str = ENTRIES[0],
+        pythonpath: Sequence[str] = (), train_file: str | None = None) -> int:
     """Build the tiny model and dataset under ``out`` and run ``main_ppo`` to completion; returns its exit code.
 
     ``log``: write the run's output there (else it goes to this process's stdout). ``entry``: the module run
-    (:data:`ENTRIES`; the overrides are written as it takes them).
+    (:data:`ENTRIES`; the overrides are written as it takes them). ``pythonpath``: folders put first on the
+    PYTHONPATH of the run, its Ray workers and the dataset builder (e.g. a ``pip install --target`` folder whose
+    entry points register an environment). ``train_file``: a dataset built before (else the tasks of the run's
+    environment, :func:`env_of`, or the rule-reward set for ``stock``).
     """
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     model_dir = str(build_tiny(out / "tiny_model"))
-    train_file = build_rule_dataset(out) if stock else build_alfworld_dataset(out)
     metrics = metrics or str(out / f"metrics_{'stock' if stock else 'skillduet'}.jsonl")
-    pythonpath = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
-    env = run_env(pythonpath, VERL_FILE_LOGGER_PATH=str(metrics), **(extra_env or {}))
+    paths = [*map(str, pythonpath), str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = run_env(os.pathsep.join(p for p in paths if p), VERL_FILE_LOGGER_PATH=str(metrics), **(extra_env or {}))
+    if train_file is None:
+        train_file = build_rule_dataset(out) if stock else build_env_dataset(out, env_of(overrides), env)
     cmd = command(model_dir, train_file, str(out), steps=steps, stock=stock, save_freq=save_freq, env=env,
                   extra=overrides, entry=entry)
     return launch(cmd, env, out, log=log, timeout=timeout)

@@ -159,10 +159,10 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     model_dir = str(build_tiny(out / f"{MODEL_SIZE}_model", size=MODEL_SIZE))
-    train_file = base.build_rule_dataset(out) if stock else base.build_alfworld_dataset(out)
     metrics = metrics or str(out / f"metrics_{'stock' if stock else 'skillduet'}.jsonl")
     pythonpath = os.pathsep.join(p for p in [str(base.REPO), os.environ.get("PYTHONPATH", "")] if p)
     env = base.run_env(pythonpath, VERL_FILE_LOGGER_PATH=str(metrics))
+    train_file = base.build_rule_dataset(out) if stock else base.build_env_dataset(out, base.env_of(overrides), env)
     env.update(vllm_env(pythonpath))
     env[RUN_TAG_ENV] = uuid.uuid4().hex[:12]
     env.update(extra_env or {})

@@ -3,7 +3,7 @@ LLM backend through the ``skillduet.envs`` / ``skillduet.selectors`` / ``skilldu
 and ``skillduet train`` uses all three with nothing edited in skillduet: it plays the package's environment, scores
 and ranks candidates by the package's selector and sends its analyzer and synthesizer requests to the package's
 backend. ``skillduet envs show`` names the package's entry point as the environment's provider and shows its
-extras."""
+extras. verl's real ``fit()`` on CPU does the same with the package on the PYTHONPATH of its Ray workers."""
 
 from __future__ import annotations
 
@@ -83,3 +83,57 @@ def test_an_installed_package_adds_an_env_a_selector_and_a_backend_that_train_us
     scored = [s for s in scores if s.get("strength") is not None]
     assert scored and all(s["quietest"] == pytest.approx(-s["strength"]) for s in scored)  # the package's score
     assert versions and {v.selector for v in versions} == {"quietest"}  # ranked by it at consolidation
+
+
+FIT_TIMEOUT = 1400  # as the other verl CPU fits (tests/verl/test_real_fit.py): ~3 min idle, far more under load
+
+
+def _log_tail(path: Path, n: int = 6000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else "(no log)"
+
+
+@pytest.mark.slow
+def test_a_verl_cpu_fit_uses_the_installed_package_env_selector_and_backend(tmp_path):
+    """verl's ``main_ppo``/``fit()`` (CPU rollout backend), 2 steps, with the package's folder on the PYTHONPATH of
+    the run and of its Ray workers: the agent loop plays ``lanterns``, the trainer scores candidates by
+    ``quietest`` and the ``logged`` backend writes the Local skills. Without the folder the same fit stops before
+    Ray with the one-line error naming the environment."""
+    for module in ("verl", "ray", "transfer_queue"):
+        pytest.importorskip(module)
+    from skillduet_plugin.skills.bank import SkillBank
+    from skillduet_testing.verl_cpu_run import read_metrics, run
+
+    site = _install(tmp_path)
+    out, metrics, log = tmp_path / "fit", tmp_path / "fit.jsonl", tmp_path / "fit.log"
+    # lanterns has 3 tasks: 2 per step (verl drops an incomplete last batch)
+    overrides = ["skillduet.env.name=lanterns", "skillduet.selector=quietest", "skillduet.analyzer.kind=logged",
+                 "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+    code = run(out, steps=2, save_freq=-1, metrics=str(metrics), log=str(log), timeout=FIT_TIMEOUT,
+               overrides=overrides, pythonpath=[str(site)])
+    assert code == 0, f"the fit exited {code}:\n{_log_tail(log)}"
+    steps = read_metrics(metrics)
+    assert sorted(steps) == [1, 2]
+    for step, m in steps.items():
+        assert m["skillduet/trajectories"] == 4 and m["skillduet/local_skills"] > 0, step
+
+    bank = SkillBank(out / "checkpoints" / "skillduet" / "bank.sqlite", readonly=True)
+    try:
+        local, versions = bank.candidates(), bank.history()
+    finally:
+        bank.close()
+    # the package's environment: its tasks were played (and quoted by the analyzer), under its task type
+    assert local and {c.metadata["task_id"] for c in local} <= {"lantern-red", "lantern-blue", "lantern-green"}
+    assert all(c.scope == "lanterns" and c.metadata["task"] in c.text for c in local)
+    assert all(c.text.rstrip().endswith("Written by the lanterns backend.") for c in local)  # the package's backend
+    scored = [c.scores for c in local if c.scores.get("strength") is not None]
+    assert scored and all(s["quietest"] == pytest.approx(-s["strength"]) for s in scored)  # the package's selector
+    assert versions and {v.selector for v in versions} == {"quietest"}  # ranked by it at consolidation
+
+    # negative control: the same fit (the dataset built above) without the package's folder
+    missing_log = tmp_path / "missing.log"
+    code = run(tmp_path / "missing", steps=2, save_freq=-1, log=str(missing_log), timeout=FIT_TIMEOUT,
+               overrides=overrides, train_file=str(out / "lanterns" / "train.parquet"))
+    text = missing_log.read_text(errors="replace")
+    assert code == 2, f"exited {code}:\n{text[-3000:]}"
+    assert "skillduet: skillduet.env.name='lanterns' is invalid: allowed values are " in text, text[-3000:]
+    assert "Traceback" not in text and "ray init" not in text.lower()

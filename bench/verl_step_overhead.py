@@ -159,7 +159,7 @@ def seeded_run(out: Path, budget: int, model_size: str) -> tuple[Any, list[str]]
                     f"data.max_prompt_length={prompt_length}"]
 
 
-#: data.max_prompt_length of the runs without a seeded Global (skillduet_testing.verl_cpu_run.ALFWORLD_OVERRIDES)
+#: data.max_prompt_length of the runs without a seeded Global (skillduet_testing.verl_cpu_run.SKILLDUET_OVERRIDES)
 PROMPT_LENGTH = 1024
 
 

@@ -2,8 +2,8 @@
 
 Used by the real-loop CI tests and by ``recipes/cpu_tiny_alfworld.sh``. Everything is built locally (tiny
 tokenizer and model, the tasks of the run's environment - generated ALFWorld games by default - or a rule-reward
-arithmetic set); nothing is downloaded. The run
-goes through the test-only CPU platform shim and CPU rollout backend (``skillduet_testing.verl_rollout``).
+arithmetic set); nothing is downloaded. The run goes through the test-only CPU platform shim and CPU rollout
+backend (``skillduet_testing.verl_rollout``).
 
     python -m skillduet_testing.verl_cpu_run --out /tmp/skillduet_cpu [--steps 2] [--stock] [overrides...]
 """
@@ -71,7 +71,7 @@ TINY_OVERRIDES = [
 
 #: SkillDuet: 3 turns of up to 24 tokens; the environment (ALFWorld unless ``skillduet.env.name`` is overridden)
 #: and the offline analyzer and synthesizer are the defaults.
-ALFWORLD_OVERRIDES = [
+SKILLDUET_OVERRIDES = [
     "trainer.plugins=[skillduet]",
     "data.max_prompt_length=1024",
     "data.max_response_length=320",
@@ -196,7 +196,7 @@ def command(model_dir: str, train_file: str, out_dir: str, *, steps: int, stock:
         raise ValueError(f"entry={entry!r}: expected one of {', '.join(ENTRIES)}")
     extra = for_entry(extra, entry)
     run = [sys.executable, "-m", entry, *CPU_OVERRIDES, *TINY_OVERRIDES,
-           *for_entry(STOCK_OVERRIDES if stock else ALFWORLD_OVERRIDES, entry),
+           *for_entry(STOCK_OVERRIDES if stock else SKILLDUET_OVERRIDES, entry),
            f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train_file}",
            f"data.val_files={train_file}", f"trainer.total_training_steps={steps}", f"trainer.save_freq={save_freq}",
            f"trainer.default_local_dir={Path(out_dir) / 'checkpoints'}",

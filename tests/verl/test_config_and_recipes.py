@@ -39,6 +39,16 @@ def test_plugin_override_switches_trainer_and_agent_loop():
     assert settings.env.name == "webshop" and settings.method.consolidation_interval == 10
 
 
+def test_vllm_rollout_keeps_prefix_caching_on():
+    """Rollouts of a group share their whole first prompt (the Global with it), and a teacher prompt is the student
+    prompt up to the Global plus the Local skill: vLLM's automatic prefix caching serves both. verl turns it on
+    (rollout.enable_prefix_caching) and the CPU settings of the vLLM runs must not turn it off."""
+    from skillduet_testing.verl_vllm import VLLM_CPU_OVERRIDES
+
+    cfg = compose(["trainer.plugins=[skillduet]", *VLLM_CPU_OVERRIDES])
+    assert cfg.actor_rollout_ref.rollout.enable_prefix_caching is True
+
+
 def test_bad_settings_fail_at_compose_time():
     with pytest.raises(ConfigError, match="selector"):
         compose(["trainer.plugins=[skillduet]", "skillduet.selector=best"])

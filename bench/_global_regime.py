@@ -49,6 +49,20 @@ class SeededGlobals:
     budget: int
 
 
+#: --regime choices of the step-overhead benchmarks, and the SkillDuet configuration each regime times against
+#: the one GRPO configuration
+REGIMES = ("none", "global", "both")
+REGIME_CONFIG = {"none": "skillduet", "global": "skillduet_global"}
+
+
+def add_regime_arguments(parser: Any, regime_help: str) -> None:
+    """``--regime`` and ``--global-tokens``, as both step-overhead benchmarks take them."""
+    parser.add_argument("--regime", default="none", choices=REGIMES, help=regime_help)
+    parser.add_argument("--global-tokens", type=int, default=DEMO_GLOBAL_BUDGET,
+                        help="the global regime's skillduet.skill_token_budget, the seeded Global's length "
+                             f"(default {DEMO_GLOBAL_BUDGET}, the ALFWorld demo's)")
+
+
 def global_text(budget: int, tokenizer: Any) -> str:
     """A Global of plausible skill lines, at most ``budget`` tokens of ``tokenizer`` and within one line of it."""
     if budget < 16:
@@ -93,5 +107,5 @@ def seed_bank_file(path: str | Path, scopes: Iterable[str], budget: int, tokeniz
         bank.close()
 
 
-__all__ = ["DEMO_GLOBAL_BUDGET", "SEEDED_SELECTOR", "SeededGlobals", "game_scopes", "global_text", "seed_bank_file",
-           "seed_globals"]
+__all__ = ["DEMO_GLOBAL_BUDGET", "REGIME_CONFIG", "REGIMES", "SEEDED_SELECTOR", "SeededGlobals", "add_regime_arguments",
+           "game_scopes", "global_text", "seed_bank_file", "seed_globals"]

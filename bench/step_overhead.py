@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _common  # noqa: E402
 from bench import _global_regime  # noqa: E402
+
+REGIME_CONFIG = _global_regime.REGIME_CONFIG
 from bench import _trainers  # noqa: E402
 
 
@@ -79,13 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens-per-turn", type=int, default=16, help="max new tokens per turn (default 16)")
     parser.add_argument("--consolidation-interval", type=int, default=10,
                         help="SkillDuet consolidation interval (default 10, the paper's)")
-    parser.add_argument("--regime", default="none", choices=REGIMES,
-                        help="none: no Global within the run (the paper's schedule over a few steps); global: the "
-                             "bank seeded before the run with a Global at --global-tokens for every scope, so every "
-                             "rollout prompt carries it (the steady state); both: the two side by side, one GRPO")
-    parser.add_argument("--global-tokens", type=int, default=_global_regime.DEMO_GLOBAL_BUDGET,
-                        help="the global regime's skillduet.skill_token_budget, the seeded Global's length "
-                             f"(default {_global_regime.DEMO_GLOBAL_BUDGET}, the ALFWorld demo's)")
+    _global_regime.add_regime_arguments(parser, (
+        "none: no Global within the run (the paper's schedule over a few steps); global: the "
+        "bank seeded before the run with a Global at --global-tokens for every scope, so every "
+        "rollout prompt carries it (the steady state); both: the two side by side, one GRPO"))
     parser.add_argument("--no-local-only", dest="local_only", action="store_false",
                         help="skip the third configuration (Local-only: teacher pass without scoring or Global)")
     parser.add_argument("--pairwise", action="store_true",
@@ -176,11 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         results["single_turn"] = single_turn_block(args, episodes, repeats)
     _common.report("step_overhead", ratio, results, args)
     return 0
-
-
-#: --regime choices, and the SkillDuet configuration each regime times against the one GRPO configuration
-REGIMES = ("none", "global", "both")
-REGIME_CONFIG = {"none": "skillduet", "global": "skillduet_global"}
 
 
 def regime_summary(rounds: dict[str, list[dict[str, float]]], breakdown: dict[str, dict[str, float]],

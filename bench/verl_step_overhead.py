@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import _common  # noqa: E402
 from bench import _global_regime  # noqa: E402
 
+REGIME_CONFIG = _global_regime.REGIME_CONFIG
+
 GRPO = ["skillduet.opd_coef=0", "skillduet.use_global=false", "skillduet.extract_local=false"]
 PHASES = ("gen", "old_log_prob", "adv", "update_actor", "skillduet_extract", "skillduet_teacher", "skillduet_score",
           "skillduet_end_step", "step")
@@ -51,13 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                              "bench/step_overhead.py: no Global within a short run, so the ratio is what extraction, "
                              "the teacher pass and scoring add; 1: a Global from step 2 on, which lengthens every "
                              "later prompt and adds the method's prompt cost)")
-    parser.add_argument("--regime", default="none", choices=REGIMES,
-                        help="none: SkillDuet's bank starts empty (today's runs); global: its bank is seeded with a "
-                             "Global at --global-tokens for every scope, so every rollout prompt from step 1 carries "
-                             "it (the steady state); both: the two, each beside GRPO in every round")
-    parser.add_argument("--global-tokens", type=int, default=_global_regime.DEMO_GLOBAL_BUDGET,
-                        help="the global regime's skillduet.skill_token_budget, the seeded Global's length "
-                             f"(default {_global_regime.DEMO_GLOBAL_BUDGET}, the ALFWorld demo's)")
+    _global_regime.add_regime_arguments(parser, (
+        "none: SkillDuet's bank starts empty (today's runs); global: its bank is seeded with a "
+        "Global at --global-tokens for every scope, so every rollout prompt from step 1 carries "
+        "it (the steady state); both: the two, each beside GRPO in every round"))
     parser.add_argument("--prefix-caching", default="on", choices=("on", "off"),
                         help="--rollout vllm: actor_rollout_ref.rollout.enable_prefix_caching (verl's default: on)")
     parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"),
@@ -135,11 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: --regime choices, and the SkillDuet run each regime times against GRPO
-REGIMES = ("none", "global", "both")
-REGIME_CONFIG = {"none": "skillduet", "global": "skillduet_global"}
-
-
 def seeded_run(out: Path, budget: int, model_size: str) -> tuple[Any, list[str]]:
     """A bank under ``out`` seeded with a Global of ``budget`` tokens (the run's tiny tokenizer) for every scope of
     the games, and the overrides that run SkillDuet on it: that bank, that budget, and a prompt length that holds
@@ -154,13 +148,16 @@ def seeded_run(out: Path, budget: int, model_size: str) -> tuple[Any, list[str]]
     scopes = _global_regime.game_scopes("alfworld", "task_type", env_kwargs={"max_steps": 50})
     bank = out / "seeded_bank.sqlite"
     seeded = _global_regime.seed_bank_file(bank, scopes, budget, tokenizer)
-    prompt_length = PROMPT_LENGTH + 256 * -(-(seeded.tokens + 32) // 256)  # + the section, in whole 256s
+    prompt_length = _prompt_length() + 256 * -(-(seeded.tokens + 32) // 256)  # + the section, in whole 256s
     return seeded, [f"skillduet.bank_path={bank}", f"skillduet.skill_token_budget={budget}",
                     f"data.max_prompt_length={prompt_length}"]
 
 
-#: data.max_prompt_length of the runs without a seeded Global (skillduet_testing.verl_cpu_run.SKILLDUET_OVERRIDES)
-PROMPT_LENGTH = 1024
+def _prompt_length() -> int:
+    """data.max_prompt_length of the runs without a seeded Global, as skillduet_testing.verl_cpu_run sets it."""
+    from skillduet_testing.verl_cpu_run import SKILLDUET_OVERRIDES
+
+    return int(next(o.partition("=")[2] for o in SKILLDUET_OVERRIDES if o.startswith("data.max_prompt_length=")))
 
 
 if __name__ == "__main__":

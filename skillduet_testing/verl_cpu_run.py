@@ -11,7 +11,6 @@ backend (``skillduet_testing.verl_rollout``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -21,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from skillduet_plugin.core.settings import declared_default
 from skillduet_plugin.integrations.verl.settings import EnvSettings
 from skillduet_plugin.warmstart.tiny_model import build_tiny
 
@@ -136,7 +136,7 @@ def env_of(overrides: Sequence[str]) -> str:
         key, _, value = override.partition("=")
         if key.lstrip("+") == "skillduet.env.name":
             return value
-    return {f.name: f.default for f in dataclasses.fields(EnvSettings)}["name"]
+    return declared_default(EnvSettings, "name")
 
 
 def build_env_dataset(out_dir: str | os.PathLike, env_name: str, env: dict[str, str] | None = None,

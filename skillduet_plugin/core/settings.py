@@ -278,6 +278,14 @@ def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     return rows
 
 
+def declared_default(cls: type, name: str) -> Any:
+    """The default that dataclass ``cls`` declares for its field ``name`` (the one place a setting's default lives)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return _default(f)
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
 def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default

@@ -10,11 +10,11 @@ contexts), the prompt the policy saw (with the Global), the token view with its 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.core.settings import declared_default
 from skillduet_plugin.rollout.engine import (ACTION_SELECTIONS, Episode, EpisodeEngine, Generation, StudentFn,
                                              to_trajectory)
 
@@ -84,7 +84,7 @@ def _uses_global(lifecycle: Any) -> bool:
 
 
 #: the scope of a run without a lifecycle (or a lifecycle without a config): the setting's declared default
-DEFAULT_SCOPE: str = {f.name: f.default for f in dataclasses.fields(SkillDuetConfig)}["scope"]
+DEFAULT_SCOPE: str = declared_default(SkillDuetConfig, "scope")
 
 
 def _scope_setting(lifecycle: Any) -> str:

@@ -3,7 +3,6 @@ server and a Global server."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 
 from skillduet_plugin.config import SkillDuetConfig
+from skillduet_plugin.core.settings import declared_default
 from skillduet_plugin.skills.inject import LOCAL_HEADER, insert_sections
 from skillduet_plugin.skills.types import ExtractionResult, GlobalSkills, Skill
 
@@ -21,10 +21,9 @@ HINDSIGHT_HEADER = LOCAL_HEADER
 def loss_settings(**changes: Any) -> dict[str, Any]:
     """The method keywords of ``make_loss_fn`` / ``skillduet_ppo_loss``: the declared ``skillduet`` defaults (as
     the trainer passes them from its config), with ``changes``."""
-    declared = {f.name: f.default for f in dataclasses.fields(SkillDuetConfig)}
-    settings = {"opd_coef": declared["opd_coef"], "gate_beta": declared["gate_beta"],
-                "policy_loss_coef": declared["policy_loss_coef"], "estimator": declared["opd_estimator"],
-                "topk": declared["opd_topk"]}
+    settings = {key: declared_default(SkillDuetConfig, name) for key, name in (
+        ("opd_coef", "opd_coef"), ("gate_beta", "gate_beta"), ("policy_loss_coef", "policy_loss_coef"),
+        ("estimator", "opd_estimator"), ("topk", "opd_topk"))}
     unknown = set(changes) - set(settings)
     if unknown:
         raise TypeError(f"loss_settings: unknown keyword(s) {sorted(unknown)}; known: {sorted(settings)}")

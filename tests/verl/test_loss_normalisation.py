@@ -128,3 +128,61 @@ def test_unsupervised_micro_batch_without_global_info_is_zero_not_nan():
     assert torch.isfinite(total) and torch.equal(total, ppo_loss(actor_config(), out, td)[0])
     total.backward()
     assert torch.isfinite(rows[4]["full"].grad).all()
+
+
+def _independent_stats(rows):
+    """Gate statistics over every supervised token of the batch, by hand."""
+    gaps = torch.cat([row["teacher"] - row["full"][p - 1: p - 1 + r].detach()
+                      for (p, r, ok), row in zip(ROWS, rows) if ok])
+    return {"opd/gate_mean": torch.sigmoid(BETA * gaps).mean().item(),
+            "opd/gate_active_ratio": (gaps > 0).float().mean().item(),
+            "opd/teacher_minus_student": gaps.mean().item(),
+            "opd_token_ratio": sum(r for _, r, ok in ROWS if ok) / sum(r for _, r, _ in ROWS)}
+
+
+def _logged(rows, splits, *, dp_size, global_info=True):
+    """Each gate metric as verl's logger gets it: a SUM metric summed over a rank's micro-batches with the ranks'
+    values averaged (the sum over all micro-batches over ``dp_size``), a MEAN metric the mean of the micro-batch
+    values. ``global_info=False``: micro-batches without ``batch_num_tokens`` (each normalised by itself)."""
+    from verl.utils.metric import AggregationType
+
+    from skillduet_plugin.integrations.verl.loss import opd_token_weights
+
+    weights = opd_token_weights([torch.ones(r) for _, r, _ in ROWS], [ok for *_, ok in ROWS])
+    n_tokens = sum(r for _, r, _ in ROWS) if global_info else None
+    parts: dict[str, list] = {}
+    for idx in splits:
+        td, out = _micro_batch(rows, idx, weights, dp_size=dp_size, batch_num_tokens=n_tokens)
+        _, metrics = skillduet_ppo_loss(actor_config(), out, td, **loss_settings(opd_coef=1.0, gate_beta=BETA))
+        for key in ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student", "opd_token_ratio"):
+            metric = metrics[f"skillduet/{key}"]
+            parts.setdefault(key, []).append((float(metric.aggregate()), metric.aggregation))
+    return {k: sum(v for v, _ in p) / (dp_size if p[0][1] == AggregationType.SUM else len(p)) for k, p in parts.items()}
+
+
+@pytest.mark.parametrize("splits,dp_size", [
+    ([[0, 1, 2, 3, 4]], 1),
+    ([[0, 1], [2, 3, 4]], 1),
+    ([[0, 2], [4, 1, 3]], 1),          # the same rows grouped otherwise (verl orders rows by random uids)
+    ([[0, 1, 4], [2, 3]], 2),
+    ([[0], [1], [2, 4], [3]], 2),
+])
+def test_gate_statistics_are_token_means_over_the_whole_batch(splits, dp_size):
+    """The logged gate statistics and OPD token share are the batch's token means (checked by hand), so two runs
+    that group the same rows into other micro-batches log the same numbers."""
+    rows = _rows()
+    want = _independent_stats(rows)
+    assert _logged(rows, splits, dp_size=dp_size) == pytest.approx(want, rel=1e-5, abs=1e-7)
+    assert 0.05 < want["opd/gate_active_ratio"] < 0.95 and abs(want["opd/teacher_minus_student"]) > 1e-3
+
+
+def test_negative_control_means_of_micro_batch_means_depend_on_the_grouping():
+    """Without global batch info each micro-batch logs its own means, averaged: 18 vs 48 supervised tokens in two
+    micro-batches move that away from the batch's token mean, and another grouping of the same rows moves it
+    again (what the resume test saw between two runs of the same work)."""
+    rows = _rows()
+    want = _independent_stats(rows)
+    first = _logged(rows, [[0, 1], [2, 3, 4]], dp_size=1, global_info=False)
+    second = _logged(rows, [[0, 2], [4, 1, 3]], dp_size=1, global_info=False)
+    assert abs(first["opd/teacher_minus_student"] - want["opd/teacher_minus_student"]) > 1e-3
+    assert abs(first["opd/teacher_minus_student"] - second["opd/teacher_minus_student"]) > 1e-3

@@ -12,9 +12,11 @@ as token *weights*: 0 on unsupervised tokens and ``N_response / N_supervised`` o
 (:func:`opd_token_weights`), so ``sum(w * x) / batch_num_tokens`` is ``sum(M * x) / N_supervised``: Eq. 1 over
 the batch. Exact when a step has one mini-batch (``ppo_mini_batch_size`` = the train batch); with several
 mini-batches each is normalised by its own response tokens times the batch's supervised share. Without global batch
-info a micro-batch is normalised by itself, and one with no supervised token contributes 0, never NaN. verl
-prefixes every loss metric with ``actor/``, so these show as ``actor/skillduet/opd_loss``,
-``actor/skillduet/opd/gate_active_ratio``, ... in its logger.
+info a micro-batch is normalised by itself, and one with no supervised token contributes 0, never NaN. The gate
+statistics and ``opd_token_ratio`` are weighted the same way, so they are token means over the batch whichever rows
+share a micro-batch (without global batch info: micro-batch means, averaged). verl prefixes every loss metric with
+``actor/``, so these show as ``actor/skillduet/opd_loss``, ``actor/skillduet/opd/gate_active_ratio``, ... in its
+logger.
 
 ``skillduet.opd_estimator=topk`` replaces the sampled per-token term by ``core.opd.opd_expected`` over the teacher's
 top-k tokens of each position, computed in verl's logits-processor call of this same function
@@ -119,12 +121,42 @@ def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any 
         stats.pop("opd/loss")  # the batch-normalised value is logged below
     opd = _aggregate(per_token, weights, mask, config, data)
     metrics["skillduet/opd_loss"] = Metric(value=opd.detach(), aggregation=_metric_aggregation(data, config))
-    for name, value in stats.items():
-        metrics[f"skillduet/{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
-    metrics["skillduet/opd_token_ratio"] = Metric(
-        value=(mask.sum() / extra["response_mask"].float().sum().clamp_min(1.0)).item(),
-        aggregation=AggregationType.MEAN)
+    share = _batch_share(weights, config, data)
+    if share is None:  # no global batch info: each micro-batch's own means, averaged
+        for name, value in stats.items():
+            metrics[f"skillduet/{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+        metrics["skillduet/opd_token_ratio"] = Metric(
+            value=(mask.sum() / extra["response_mask"].float().sum().clamp_min(1.0)).item(),
+            aggregation=AggregationType.MEAN)
+    else:  # token means over the whole batch, whichever rows share a micro-batch
+        for name, value in stats.items():
+            metrics[f"skillduet/{name}"] = Metric(value=value * share, aggregation=AggregationType.SUM)
+        metrics["skillduet/opd_token_ratio"] = Metric(value=_token_ratio(mask, data), aggregation=AggregationType.SUM)
     return policy_loss + opd_coef * opd, metrics
+
+
+def _batch_share(weights: torch.Tensor, config: Any, data: Any) -> float | None:
+    """What a micro-batch's supervised-token means weigh in the batch's token means, or None without global batch
+    info (or outside ``token-mean``).
+
+    The gate statistics are means over the micro-batch's supervised tokens. Averaged over micro-batches they
+    would depend on which rows verl puts together (it orders a step's rows by random uids, so two runs of the same
+    work group them differently); weighted like the OPD term they sum, over micro-batches and with the ranks
+    averaged, to the token mean over every supervised token of the batch: the supervised tokens carry the same
+    weight ``N_response / N_supervised`` (:func:`opd_token_weights`), so ``sum(w) / batch_num_tokens * dp_size``
+    is the micro-batch's share of the batch's supervised tokens (times ``dp_size``, which the ranks' mean undoes).
+    """
+    total = data["batch_num_tokens"]
+    if config.loss_agg_mode != "token-mean" or total is None:
+        return None
+    return float(weights.sum() / torch.as_tensor(total, dtype=weights.dtype).clamp_min(1.0) * (data["dp_size"] or 1))
+
+
+def _token_ratio(mask: torch.Tensor, data: Any) -> float:
+    """This micro-batch's supervised tokens over the batch's response tokens (times ``dp_size``): summed over
+    micro-batches and averaged over ranks, the batch's share of supervised tokens."""
+    total = torch.as_tensor(data["batch_num_tokens"], dtype=torch.float32).clamp_min(1.0)
+    return float(mask.sum() / total * (data["dp_size"] or 1))
 
 
 def _teacher_request(data: Any) -> bool:

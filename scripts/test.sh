@@ -17,4 +17,5 @@ cd "$ROOT"
 # docs/ARCHITECTURE.md (.importlinter: an upward import).
 flake8
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" lint-imports --config "$ROOT/.importlinter"
-exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --timeout 1500 -q "$@"
+# --durations: the slowest tests in every log, so a CI run that grows is explained by its own output.
+exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --timeout 1500 --durations=25 -q "$@"

@@ -16,7 +16,9 @@ prompted like the student; SkillDuet's own teacher (the policy with the trajecto
 ``skillduet_sync`` trainer. ``beta`` is the method's default :data:`GATE_BETA` (verl's loss config has no field for
 it). Only the sampled-token form is registered: verl 0.9.1's top-k path (``use_topk``) computes forward KL in its
 logits processor whatever the loss's name, so ``skillduet.opd_estimator=topk`` lives in the engine loss
-(``integrations.verl.topk``).
+(``integrations.verl.topk``). The gate statistics (``distillation/skillduet_gate_mean``, ``..._gate_active_ratio``)
+are token means over the batch's response tokens, weighted like the engine loss's (``loss.batch_share``), so they do
+not move with how verl groups rows into micro-batches.
 
 Imported by the ``verl.plugins`` entry point when verl imports ``verl.trainer.distillation``, in every process.
 """
@@ -32,11 +34,13 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from skillduet_plugin.config import SkillDuetConfig
 from skillduet_plugin.core.opd import opd_per_token
+from skillduet_plugin.core.settings import declared_default
+from skillduet_plugin.integrations.verl.loss import batch_share
 
 #: the name under ``distillation.distillation_loss.loss_mode``
 DISTILLATION_LOSS_NAME = "skillduet_opd"
 #: the gate's beta on this path: the method's default
-GATE_BETA = float(SkillDuetConfig.__dataclass_fields__["gate_beta"].default)
+GATE_BETA = float(declared_default(SkillDuetConfig, "gate_beta"))
 
 
 def skillduet_opd_distillation_loss(config: Any, distillation_config: Any, model_output: dict,
@@ -55,11 +59,13 @@ def skillduet_opd_distillation_loss(config: Any, distillation_config: Any, model
     mask = (mask.to_padded_tensor(0) if mask.is_nested else mask).bool()
     per_token, gate = opd_per_token(student, teacher, beta=GATE_BETA)
     n = mask.sum().clamp_min(1)
-    metrics = {
-        "distillation/skillduet_gate_mean": Metric(AggregationType.MEAN, (gate * mask).sum() / n),
-        "distillation/skillduet_gate_active_ratio": Metric(AggregationType.MEAN,
-                                                           ((gate > 0.5) & mask).sum() / n),
-    }
+    stats = {"distillation/skillduet_gate_mean": (gate * mask).sum() / n,
+             "distillation/skillduet_gate_active_ratio": ((gate > 0.5) & mask).sum() / n}
+    share = batch_share(mask.sum(), config, data)
+    if share is None:  # no global batch info: each micro-batch's own means, averaged
+        metrics = {k: Metric(AggregationType.MEAN, v) for k, v in stats.items()}
+    else:  # token means over the batch's response tokens, whichever rows share a micro-batch (as the engine loss)
+        metrics = {k: Metric(AggregationType.SUM, v * share) for k, v in stats.items()}
     return per_token, metrics
 
 

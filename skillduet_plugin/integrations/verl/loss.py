@@ -121,7 +121,7 @@ def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any 
         stats.pop("opd/loss")  # the batch-normalised value is logged below
     opd = _aggregate(per_token, weights, mask, config, data)
     metrics["skillduet/opd_loss"] = Metric(value=opd.detach(), aggregation=_metric_aggregation(data, config))
-    share = _batch_share(weights, config, data)
+    share = batch_share(weights.sum(), config, data)
     if share is None:  # no global batch info: each micro-batch's own means, averaged
         for name, value in stats.items():
             metrics[f"skillduet/{name}"] = Metric(value=value, aggregation=AggregationType.MEAN)
@@ -135,21 +135,22 @@ def skillduet_ppo_loss(config: Any, model_output: dict | None = None, data: Any 
     return policy_loss + opd_coef * opd, metrics
 
 
-def _batch_share(weights: torch.Tensor, config: Any, data: Any) -> float | None:
-    """What a micro-batch's supervised-token means weigh in the batch's token means, or None without global batch
-    info (or outside ``token-mean``).
+def batch_share(count: torch.Tensor, config: Any, data: Any) -> float | None:
+    """What a micro-batch's token means weigh in the batch's token means, given ``count``, the micro-batch's tokens
+    in verl's ``batch_num_tokens`` units; None without global batch info (or outside ``token-mean``).
 
-    The gate statistics are means over the micro-batch's supervised tokens. Averaged over micro-batches they
-    would depend on which rows verl puts together (it orders a step's rows by random uids, so two runs of the same
-    work group them differently); weighted like the OPD term they sum, over micro-batches and with the ranks
-    averaged, to the token mean over every supervised token of the batch: the supervised tokens carry the same
-    weight ``N_response / N_supervised`` (:func:`opd_token_weights`), so ``sum(w) / batch_num_tokens * dp_size``
-    is the micro-batch's share of the batch's supervised tokens (times ``dp_size``, which the ranks' mean undoes).
+    Means over a micro-batch's tokens, averaged over micro-batches, would depend on which rows verl puts together
+    (it orders a step's rows by random uids, so two runs of the same work group them differently). Weighted by
+    ``count / batch_num_tokens * dp_size`` and logged as SUM (verl sums a rank's micro-batches and averages the
+    ranks) they are token means over the whole batch. The engine loss passes the sum of its OPD weights: the
+    supervised tokens carry ``N_response / N_supervised`` each (:func:`opd_token_weights`), so that sum over
+    ``batch_num_tokens`` is the micro-batch's share of the batch's supervised tokens. The distillation-registry loss
+    passes its response tokens.
     """
     total = data["batch_num_tokens"]
     if config.loss_agg_mode != "token-mean" or total is None:
         return None
-    return float(weights.sum() / torch.as_tensor(total, dtype=weights.dtype).clamp_min(1.0) * (data["dp_size"] or 1))
+    return float(count / torch.as_tensor(total, dtype=torch.float32).clamp_min(1.0) * (data["dp_size"] or 1))
 
 
 def _token_ratio(mask: torch.Tensor, data: Any) -> float:

@@ -80,6 +80,14 @@ def opd_expected(student_logps: torch.Tensor, teacher_logps: torch.Tensor, beta:
     return (weight * (t - s)).sum(dim=-1), gate
 
 
+#: The keys of :func:`expected_stats`, in its order.
+EXPECTED_STATS = ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student", "opd/deciding_share",
+                  "opd/student_prob_teacher_top", "opd/teacher_prob_teacher_top")
+#: The gate statistics of :func:`opd_loss` that are token means over the supervised tokens (``opd/loss`` is the
+#: aggregated loss itself, a token mean only under ``token-mean``).
+GATE_STATS = ("opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student")
+
+
 def expected_stats(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: torch.Tensor, beta: float,
                    valid: torch.Tensor | None = None) -> dict[str, float]:
     """The gate statistics of :func:`opd_expected` (each an expectation under the student, averaged over the

@@ -141,3 +141,12 @@ def test_stats_by_hand():
     assert stats["opd/teacher_prob_teacher_top"] == pytest.approx((0.8 + 0.9) / 2, rel=1e-5)
     masked = expected_stats(s, t, torch.tensor([0.0, 1.0]), beta=5.0)
     assert masked["opd/deciding_share"] == 0.0 and masked["opd/student_prob_teacher_top"] == pytest.approx(0.9)
+
+
+def test_expected_stats_keys_are_the_declared_constant():
+    """EXPECTED_STATS (which the TRL adapter sizes its logged token means by) names expected_stats' keys in order."""
+    from skillduet_plugin.core.opd import EXPECTED_STATS
+
+    s = torch.log_softmax(torch.randn(3, 4), -1)
+    t = torch.log_softmax(torch.randn(3, 4), -1)
+    assert tuple(expected_stats(s, t, torch.ones(3), 5.0)) == EXPECTED_STATS

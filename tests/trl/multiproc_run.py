@@ -47,8 +47,10 @@ def main(model_dir: str, out_dir: str) -> None:
         value = term(model, student, teacher, inputs, mode)
         if mode == "train":
             cfg = trainer.skillduet
-            local, _ = opd_loss(student.detach(), teacher, inputs["opd_mask"], beta=cfg.gate_beta, agg=cfg.opd_agg)
+            local, stats = opd_loss(student.detach(), teacher, inputs["opd_mask"], beta=cfg.gate_beta,
+                                    agg=cfg.opd_agg)
             opd_calls.append({"step": trainer.state.global_step, "term": float(value.detach()),
+                              "gate_mean": stats["opd/gate_mean"], "tokens": float(inputs["opd_mask"].sum()),
                               "local_loss": float(local), "local_items": float(opd_denominator(inputs["opd_mask"])),
                               "num_items": float(inputs["opd_num_items"]),
                               "scale": trainer.current_gradient_accumulation_steps / trainer.args.steps_per_generation})
@@ -61,7 +63,7 @@ def main(model_dir: str, out_dir: str) -> None:
               "readonly_bank": trainer.lifecycle.bank.readonly, "extract": gathered,
               "history": [h for h in trainer.rollout_history if h["mode"] == "train"],
               "globals": {s: trainer.lifecycle.global_for(s).version for s in ("open", "fetch")},
-              "opd": opd_calls}
+              "opd": opd_calls, "logged": [h for h in trainer.state.log_history if "opd/loss" in h]}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(report, fh)
 

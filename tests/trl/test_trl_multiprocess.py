@@ -43,6 +43,24 @@ def assert_opd_is_eq1_over_both_ranks(calls0: list[dict], calls1: list[dict]) ->
     assert checked >= 1  # at least one step had supervised tokens on some rank
 
 
+def assert_gate_mean_is_a_token_mean_over_both_ranks(r0, r1):
+    """The logged opd/gate_mean of a step is the token mean over both ranks' micro-batches (each rank's own
+    stats weighted by its supervised tokens), the same on both ranks."""
+    checked = 0
+    assert [h["opd/gate_mean"] if "opd/gate_mean" in h else None for h in r0["logged"]] == \
+        [h["opd/gate_mean"] if "opd/gate_mean" in h else None for h in r1["logged"]]
+    for entry in r0["logged"]:
+        calls = [c for c in r0["opd"] + r1["opd"] if c["step"] == entry["step"] - 1]
+        tokens = sum(c["tokens"] for c in calls)
+        if tokens == 0:
+            assert "opd/gate_mean" not in entry
+            continue
+        union = sum(c["gate_mean"] * c["tokens"] for c in calls) / tokens
+        assert entry["opd/gate_mean"] == pytest.approx(union, rel=1e-5), entry["step"]
+        checked += 1
+    assert checked >= 1
+
+
 @pytest.mark.slow
 def test_two_processes_share_one_bank_and_one_global(tiny_model_dir, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
@@ -65,6 +83,7 @@ def test_two_processes_share_one_bank_and_one_global(tiny_model_dir, tmp_path):
     assert any(v is not None for h in r0["history"] for v in h["global_versions"])
     assert r0["globals"] == r1["globals"]
     assert_opd_is_eq1_over_both_ranks(r0["opd"], r1["opd"])
+    assert_gate_mean_is_a_token_mean_over_both_ranks(r0, r1)
     # Written once: one candidate row per extracted (skill, step), no duplicates from the second process.
     bank = SkillBank(tmp_path / BANK_FILENAME, readonly=True)
     try:

@@ -52,6 +52,14 @@ def _grads(model, loss):
 def _reference_opd(trainer, inputs, rows=None):
     """Independent OPD: own teacher/student forwards, own mask from the episodes, own gate and mean (over the
     batch rows ``rows``, default all)."""
+    s, t, m = _reference_logps(trainer, inputs, rows)
+    gate = torch.sigmoid(trainer.skillduet.gate_beta * (t - s.detach()))
+    return (m * gate * (t - s)).sum() / m.sum(), t, m
+
+
+def _reference_logps(trainer, inputs, rows=None):
+    """The student and teacher log-probs of the sampled tokens from plain forwards, and the OPD mask built from
+    the episodes: ``(rows, completion_len)`` each."""
     model, chat = trainer.model, ChatTokenizer(trainer.processing_class)
     rollout = trainer.last_rollout
     width = inputs["completion_ids"].shape[1]
@@ -74,9 +82,7 @@ def _reference_opd(trainer, inputs, rows=None):
         s_rows.append(torch.nn.functional.pad(s, (0, pad)))
         t_rows.append(torch.nn.functional.pad(t, (0, pad)))
         m_rows.append(torch.nn.functional.pad(mask, (0, pad)))
-    s, t, m = torch.stack(s_rows), torch.stack(t_rows), torch.stack(m_rows)
-    gate = torch.sigmoid(trainer.skillduet.gate_beta * (t - s.detach()))
-    return (m * gate * (t - s)).sum() / m.sum(), t, m
+    return torch.stack(s_rows), torch.stack(t_rows), torch.stack(m_rows)
 
 
 def test_gradient_is_grpo_plus_lambda_times_independent_opd(make_trainer):
@@ -256,3 +262,69 @@ def test_opd_is_eq1_over_the_batch_across_data_parallel_ranks(make_trainer, monk
     ranks = split_tensor_dict(inputs, 2)  # opd_num_items is the all-ranks total, as gathered in training
     summed = _opd_grads_of_slices(trainer, ranks)
     _assert_close_grads([g / 2 for g in summed], _grads(trainer.model, ref_loss))  # DDP: mean over ranks
+
+
+def _gate_token_means(trainer, s, t, m):
+    """The gate statistics by hand: token means over the supervised tokens."""
+    s, t = s.detach(), t.detach()
+    gate, n = torch.sigmoid(trainer.skillduet.gate_beta * (t - s)), m.sum()
+    return {"opd/gate_mean": float((gate * m).sum() / n), "opd/gate_active_ratio": float(((t > s) * m).sum() / n),
+            "opd/teacher_minus_student": float(((t - s) * m).sum() / n)}
+
+
+def test_logged_gate_statistics_are_token_means_over_the_micro_batches(make_trainer):
+    """Two micro-batches with 2 and 1 supervised rows: the interval's logged gate statistics are token means over
+    all its supervised tokens (by hand from plain forwards), one value each, not the mean of the two micro-batch
+    means that TRL's log would make of values appended per micro-batch."""
+    from trl.trainer.utils import split_tensor_dict
+
+    trainer = make_trainer(skillduet={"opd_coef": 1.0, "use_global": False}, logging_steps=1)
+    inputs = _split_batch(trainer, drop_rows=[3])  # rows 0, 1 | 2, 3: two supervised rows against one
+    s, t, m = _reference_logps(trainer, inputs)
+    want = _gate_token_means(trainer, s, t, m)
+    halves = split_tensor_dict(inputs, 2)
+    assert [float(h["opd_mask"].sum()) > 0 for h in halves] == [True, True]
+    trainer.current_gradient_accumulation_steps = 2
+    trainer.args.steps_per_generation = 2
+    with torch.no_grad():
+        for half in halves:
+            trainer._compute_loss(trainer.model, half)
+    trainer.log({})
+    got = trainer.state.log_history[-1]
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    assert len([k for k in got if k.startswith("opd/dense/")]) == 0  # sampled estimator: no dense statistics
+
+    # negative control: the mean of the two micro-batch means is another number (what the old log showed)
+    parts = [_gate_token_means(trainer, s[r], t[r], m[r]) for r in ([0, 1], [2, 3])]
+    old = {k: (parts[0][k] + parts[1][k]) / 2 for k in want}
+    assert max(abs(old[k] - want[k]) for k in want) > 1e-3
+    # the interval is flushed: the next log without a supervised token writes no gate statistic
+    trainer.log({})
+    assert "opd/gate_mean" not in trainer.state.log_history[-1]
+
+
+def test_token_means_sum_weighted_values_over_micro_batches_and_processes():
+    """TokenMeans by hand: two processes, each with two micro-batches; the gather concatenates the processes'
+    sums (as accelerate's does), and the result is the token mean over all four."""
+    from skillduet_plugin.integrations.trl.token_means import TokenMeans
+
+    ranks = [TokenMeans(["opd/gate_mean", "opd/other"]) for _ in range(2)]
+    ranks[0].add("train", {"opd/gate_mean": 0.2}, 10)
+    ranks[0].add("train", {"opd/gate_mean": 0.8}, 2)
+    ranks[1].add("train", {"opd/gate_mean": 0.5}, 4)
+    ranks[1].add("eval", {"opd/gate_mean": 0.9}, 1)
+    staged = [r._sums["train"].clone() for r in ranks]
+
+    def gather(tensor):  # what every process receives: all processes' tensors along dim 0
+        assert tensor.shape == (1, 2, 2)
+        return torch.cat([x[None] for x in staged])
+
+    got = ranks[0].flush("train", gather)
+    want = (0.2 * 10 + 0.8 * 2 + 0.5 * 4) / 16
+    assert got == {"opd/gate_mean": pytest.approx(want)}  # "opd/other" had no token: not logged
+    assert abs(want - (0.2 + 0.8 + 0.5) / 3) > 0.05  # negative control: the mean of the means differs
+    assert ranks[0].flush("train") == {}  # reset after a flush
+    assert ranks[1].flush("eval") == {"opd/gate_mean": pytest.approx(0.9)}  # modes are apart
+    with pytest.raises(KeyError, match="opd/unknown"):
+        ranks[0].add("train", {"opd/unknown": 1.0}, 1)

@@ -142,7 +142,7 @@ class DenseOPD:
         t_pad, _ = pad_turns([t.to(device) for t in teachers], device)
         per_turn, _ = opd_expected(s_pad, t_pad, self.cfg.gate_beta, valid)
         self._log(expected_stats(s_pad, t_pad, torch.ones(s_pad.shape[0]), self.cfg.gate_beta, valid), mode,
-                  "opd/dense/")
+                  s_pad.shape[0])
         return per_turn.sum()
 
     def _topk(self, policy: Any, inputs: dict[str, Any], mode: str) -> torch.Tensor:
@@ -164,12 +164,19 @@ class DenseOPD:
         for i, values in zip(rows, at):
             student[i, :values.shape[0]] = values
         per_position, _ = opd_expected(student, t_logps, self.cfg.gate_beta)
-        self._log(expected_stats(student[rows], t_logps[rows], mask[rows], self.cfg.gate_beta), mode, "opd/dense/")
+        self._log(expected_stats(student[rows], t_logps[rows], mask[rows], self.cfg.gate_beta), mode,
+                  mask[rows].sum().item())
         return opd_numerator(per_position, mask, self.cfg.opd_agg)
 
-    def _log(self, stats: dict[str, float], mode: str, prefix: str) -> None:
-        for key, value in stats.items():
-            self.trainer._metrics[mode][key.replace("opd/", prefix)].append(value)
+    def _log(self, stats: dict[str, float], mode: str, weight: float) -> None:
+        """``opd/dense/*``: means over this micro-batch's decision turns (``choices``) or supervised tokens
+        (``topk``), weighted by their count into the logging interval's mean (``token_means``)."""
+        self.trainer._token_means.add(mode, {dense_key(k): v for k, v in stats.items()}, weight)
+
+
+def dense_key(key: str) -> str:
+    """The name under which a dense estimator's statistic ``opd/x`` is logged: ``opd/dense/x``."""
+    return key.replace("opd/", "opd/dense/", 1)
 
 
 def _zero_with_graph(policy: Any, device: Any) -> torch.Tensor:

@@ -30,17 +30,18 @@ from trl.trainer.utils import RepeatSampler
 from skillduet_plugin import envs
 from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import response_logprobs
-from skillduet_plugin.core.opd import opd_denominator, opd_loss
+from skillduet_plugin.core.opd import EXPECTED_STATS, GATE_STATS, opd_denominator, opd_loss
 from skillduet_plugin.core.seeding import seeded_torch_rng
 from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import ResumableRepeatSampler, make_env_reward, task_dataset
-from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, grad_share
+from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, dense_key, grad_share
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
+from skillduet_plugin.integrations.trl.token_means import TokenMeans
 from skillduet_plugin.integrations.trl.vllm_sync import install_cpu_weight_sync
 from skillduet_plugin.rollout.collector import to_trajectory
 from skillduet_plugin.rollout.teacher_check import check_metrics, check_wins, skills_by_task, teacher_check
@@ -86,6 +87,8 @@ class SkillDuetMixin(SkillBankSteps):
         self._captured_logps: torch.Tensor | None = None
         self._deferred = DeferredScores()  # heldout="teacher": scores finished from the loss forwards
         self._dense = DenseOPD(self)  # opd_estimator choices / topk, and the choose-mode mechanism metrics
+        # the gate statistics, as token means over each logging interval (not means of micro-batch means)
+        self._token_means = TokenMeans(GATE_STATS + tuple(dense_key(k) for k in EXPECTED_STATS))
         if reward_funcs is None:
             reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
         if train_dataset is None:
@@ -331,6 +334,18 @@ class SkillDuetMixin(SkillBankSteps):
                     name = key if key.startswith("skills/") else f"skills/{key}"
                     self._metrics[mode][name].append(float(value))
 
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """TRL's ``log``, after writing the interval's gate statistics as one token mean each (``token_means``):
+        TRL averages each ``_metrics`` list, which for values appended per micro-batch is a mean of means."""
+        mode = "train" if self.model.training else "eval"  # as TRL's log tells the two apart
+        gather = self._gather_sums if self.accelerator.num_processes > 1 else None
+        for key, value in self._token_means.flush(mode, gather).items():
+            self._metrics[mode][key] = [value]
+        super().log(logs, *args, **kwargs)
+
+    def _gather_sums(self, sums: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.gather(sums.to(self.accelerator.device)).cpu()
+
     # ------------------------------------------------------------------ loss
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
@@ -362,8 +377,8 @@ class SkillDuetMixin(SkillBankSteps):
         if mode == "train" and "skillduet_row" in inputs:
             self._deferred.capture(inputs["skillduet_row"], mask, student, teacher)
         _, stats = opd_loss(student.detach(), teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
-        for key, value in stats.items():
-            self._metrics[mode][key].append(value)
+        self._metrics[mode]["opd/loss"].append(stats.pop("opd/loss"))
+        self._token_means.add(mode, stats, mask.sum().item())
         opd = cfg.opd_coef * self._dense.term(model, student, teacher, inputs, mode).to(loss.dtype)
         policy = cfg.policy_loss_coef * loss
         if self.args.opd_update_share and mode == "train" and torch.is_grad_enabled():

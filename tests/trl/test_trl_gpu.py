@@ -30,7 +30,8 @@ def test_teacher_pass_and_scoring_run_on_cuda_in_bf16(make_trainer):
     loss.backward()
     grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
-    assert math.isfinite(trainer._metrics["train"]["opd/loss"][-1])
+    trainer.log({})
+    assert math.isfinite(trainer.state.log_history[-1]["opd/loss"])
 
 
 @pytest.mark.gpu

@@ -36,6 +36,12 @@ def _batch(trainer, drop_every_other_skill=True, task_index=3):
     return inputs
 
 
+def _logged(trainer):
+    """What the trainer logs for the interval so far (its ``log``, as at a logging step)."""
+    trainer.log({})
+    return trainer.state.log_history[-1]
+
+
 def _plain_logps(model, prompt, completion, temperature):
     """log p(completion | prompt) with a plain forward and log_softmax: (len(completion),)."""
     ids = torch.tensor([list(prompt) + list(completion)])
@@ -105,7 +111,7 @@ def test_gradient_is_grpo_plus_lambda_times_independent_opd(make_trainer):
     assert scale > 1e-4 and max(g.abs().max().item() for g in g_grpo) > 1e-4
     for full, grpo, opd in zip(g_full, g_grpo, g_opd):
         torch.testing.assert_close(full - grpo, lam * opd, atol=1e-5 * max(1.0, scale), rtol=1e-3)
-    assert trainer._metrics["train"]["opd/loss"][-1] == pytest.approx(ref_loss.item(), abs=1e-5)
+    assert _logged(trainer)["opd/loss"] == pytest.approx(ref_loss.item(), abs=1e-5)
 
 
 def test_opd_term_is_scaled_like_trl_under_gradient_accumulation(make_trainer):
@@ -143,7 +149,7 @@ def test_teacher_prompt_has_the_local_skill_and_the_student_prompt_does_not(make
     torch.testing.assert_close(live * ref_m, ref_t * ref_m, atol=2e-5, rtol=1e-5)
     with torch.no_grad():
         trainer._compute_loss(trainer.model, inputs)
-    assert trainer._metrics["train"]["opd/loss"][-1] == pytest.approx(ref_loss.item(), abs=1e-5)
+    assert _logged(trainer)["opd/loss"] == pytest.approx(ref_loss.item(), abs=1e-5)
 
 
 def test_environment_tokens_carry_no_loss(make_trainer):
@@ -289,10 +295,10 @@ def test_logged_gate_statistics_are_token_means_over_the_micro_batches(make_trai
     with torch.no_grad():
         for half in halves:
             trainer._compute_loss(trainer.model, half)
-    trainer.log({})
-    got = trainer.state.log_history[-1]
+    got = _logged(trainer)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    assert got["opd/loss"] == pytest.approx(_reference_opd(trainer, inputs)[0].item(), abs=1e-5)  # Eq. 1, whole batch
     assert len([k for k in got if k.startswith("opd/dense/")]) == 0  # sampled estimator: no dense statistics
 
     # negative control: the mean of the two micro-batch means is another number (what the old log showed)

@@ -88,7 +88,7 @@ class SkillDuetMixin(SkillBankSteps):
         self._deferred = DeferredScores()  # heldout="teacher": scores finished from the loss forwards
         self._dense = DenseOPD(self)  # opd_estimator choices / topk, and the choose-mode mechanism metrics
         # the gate statistics, as token means over each logging interval (not means of micro-batch means)
-        self._token_means = TokenMeans(GATE_STATS + tuple(dense_key(k) for k in EXPECTED_STATS))
+        self._token_means = TokenMeans(("opd/loss", *GATE_STATS, *(dense_key(k) for k in EXPECTED_STATS)))
         if reward_funcs is None:
             reward_funcs = [make_env_reward(args.invalid_action_penalty, args.reward_scale)]
         if train_dataset is None:
@@ -377,7 +377,9 @@ class SkillDuetMixin(SkillBankSteps):
         if mode == "train" and "skillduet_row" in inputs:
             self._deferred.capture(inputs["skillduet_row"], mask, student, teacher)
         _, stats = opd_loss(student.detach(), teacher, mask, beta=cfg.gate_beta, agg=cfg.opd_agg)
-        self._metrics[mode]["opd/loss"].append(stats.pop("opd/loss"))
+        # opd/loss weighs by Eq. 1's denominator (supervised tokens, or sequences under the seq-* modes), so the
+        # interval's value is the loss over the whole batch however it was sliced
+        self._token_means.add(mode, {"opd/loss": stats.pop("opd/loss")}, opd_denominator(mask, cfg.opd_agg).item())
         self._token_means.add(mode, stats, mask.sum().item())
         opd = cfg.opd_coef * self._dense.term(model, student, teacher, inputs, mode).to(loss.dtype)
         policy = cfg.policy_loss_coef * loss

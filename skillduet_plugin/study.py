@@ -165,8 +165,27 @@ def _atomic_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _comparable(base: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in base.items() if k not in ("output_dir", "name")}
+_ABSENT = object()
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], default: Any, prefix: str = "") -> list[str]:
+    """The settings (dotted names) in which a study's stored base config ``old`` and the base config ``new`` differ.
+    A setting the stored file lacks (added to the product after the study began) counts as equal when ``new``
+    holds its default (``default``: the default config's resolved dict), so a product update does not lock a
+    study out of its own resume."""
+    default = default if isinstance(default, dict) else {}
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if not prefix and key in ("output_dir", "name"):
+            continue
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, default.get(key), f"{prefix}{key}.")
+        elif a is _ABSENT and key in default and b == default[key]:
+            continue
+        elif a != b:
+            out.append(prefix + key)
+    return out
 
 
 def open_study(root: Path, spec: StudySpec, base: RunConfig) -> None:
@@ -177,8 +196,8 @@ def open_study(root: Path, spec: StudySpec, base: RunConfig) -> None:
     resolved = base.resolved_dict()
     if file.is_file():
         stored = json.loads(file.read_text())
-        old, new = _comparable(stored.get("base", {})), _comparable(json.loads(json.dumps(resolved)))
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        default = json.loads(json.dumps(RunConfig().resolved_dict()))
+        diff = _differences(stored.get("base", {}), json.loads(json.dumps(resolved)), default)
         if diff:
             raise ConfigError(f"study directory {str(root)!r} was started with other base settings ("
                               f"{', '.join(diff)} differ): rerun it with its own config and overrides "

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"with an uncached warm start)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs trained at once, each in its own process with the config's thread count (default "
-                             "1; 2 on an idle 2-core machine halves the wall time; numbers are unchanged)")
+                             "1; numbers are unchanged). Each holds its own update in memory: micro_batch=8 cuts it")
     parser.add_argument("--output-dir", default=None, help="study directory (default: studies/<timestamp>-<env>)")
     parser.add_argument("--resume", metavar="STUDY_DIR", default=None,
                         help="continue a stopped study with its own settings (finished runs are skipped)")

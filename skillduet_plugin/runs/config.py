@@ -121,6 +121,9 @@ class RunConfig:
     num_generations: int = setting(8, "group size G (rollouts per task)", kind="int", lo=2,
                                    fix="a GRPO group needs at least 2 rollouts per task")
     tasks_per_step: int = setting(5, "tasks per RL step", kind="int", lo=1)
+    micro_batch: int = setting(0, "episodes per forward/backward pass of the update (0: the whole step's batch); "
+                                  "must divide tasks_per_step x num_generations. The slices' gradients add up to one "
+                                  "optimizer step: less memory, same update", kind="int", lo=0)
     # The episode settings (core.episode), from the CPU demo's short episodes.
     max_turns: int = episode_field("max_turns", 8, help="8 in the CPU demo")
     max_new_tokens_per_turn: int = episode_field("max_new_tokens_per_turn", 32, help="32 in the CPU demo")
@@ -189,6 +192,11 @@ class RunConfig:
             invalid("model", self.model, "expected a model folder or tiny / tiny:<size>")
         if self.is_tiny and tiny_size(self.model) not in TINY_SIZES:
             invalid("model", self.model, f"tiny sizes are {', '.join('tiny:' + s for s in TINY_SIZES)}")
+        batch = self.tasks_per_step * self.num_generations
+        if self.micro_batch and batch % self.micro_batch:
+            divisors = [d for d in range(1, batch + 1) if batch % d == 0]
+            invalid("micro_batch", self.micro_batch, f"expected 0 or a divisor of tasks_per_step x num_generations = "
+                    f"{batch}: {', '.join(map(str, divisors))}")
         check("env", self.env, choices=env_names())
         if self.task_types not in (None, "auto"):
             if not isinstance(self.task_types, str) or not self.task_type_list:

@@ -76,14 +76,17 @@ def set_threads(config: RunConfig) -> int:
 
 def grpo_args(config: RunConfig, run: RunDir) -> Any:
     """The SkillDuetGRPOConfig of a run: one generation batch of ``tasks_per_step`` tasks x G rollouts per
-    optimizer step, no gradient accumulation, beta 0 (no reference model), log every step."""
+    optimizer step, in ``micro_batch`` slices accumulated into that one step (none by default), beta 0 (no
+    reference model), log every step."""
     from skillduet_plugin.integrations.trl import SkillDuetGRPOConfig  # lazy: imports trl
 
     batch = config.tasks_per_step * config.num_generations
+    slices = batch // (config.micro_batch or batch)
     kwargs: dict[str, Any] = dict(
         output_dir=str(run.checkpoints), skill_bank_dir=str(run.root), max_steps=config.steps,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=config.num_generations,
-        steps_per_generation=1, num_iterations=1, learning_rate=config.learning_rate, beta=0.0,
+        per_device_train_batch_size=batch // slices, gradient_accumulation_steps=slices,
+        num_generations=config.num_generations, steps_per_generation=slices, num_iterations=1,
+        learning_rate=config.learning_rate, beta=0.0,
         temperature=config.temperature, seed=config.seed, data_seed=config.seed, logging_steps=1,
         max_completion_length=config.max_total_tokens, save_strategy="steps" if config.save_steps else "no",
         save_steps=config.save_steps or 500, save_only_model=False, disable_tqdm=True,

@@ -185,3 +185,21 @@ def test_task_types_are_checked_against_the_env_and_passed_to_it():
         load_run_config(None, ["task_types=pick,pick3"])
     with pytest.raises(ConfigError, match=r"task_types.*env 'webshop' has no task types.*task_types=null"):
         load_run_config(None, ["env=webshop", "task_types=pick"])
+
+
+def test_micro_batch_must_divide_the_step_batch_and_maps_to_gradient_accumulation(tmp_path):
+    from skillduet_plugin.runs import trl_runner
+    from skillduet_plugin.runs.rundir import RunDir
+
+    with pytest.raises(ConfigError, match=r"micro_batch.*divisor of tasks_per_step x num_generations = 40: "
+                                          r"1, 2, 4, 5, 8, 10, 20, 40"):
+        load_run_config(overrides=["micro_batch=3"])
+    run = RunDir(tmp_path)
+    whole = trl_runner.grpo_args(load_run_config(overrides=["micro_batch=0"]), run)
+    split = trl_runner.grpo_args(load_run_config(overrides=["micro_batch=8"]), run)
+    assert (whole.per_device_train_batch_size, whole.gradient_accumulation_steps, whole.steps_per_generation) == \
+        (40, 1, 1)
+    # five slices of 8 accumulated into one optimizer step per generation batch of 5 tasks x 8 rollouts
+    assert (split.per_device_train_batch_size, split.gradient_accumulation_steps, split.steps_per_generation) == \
+        (8, 5, 5)
+    assert split.generation_batch_size == whole.generation_batch_size == 40

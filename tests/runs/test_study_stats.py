@@ -146,3 +146,24 @@ def test_study_pool_passes_max_tasks_per_child_only_where_python_has_it(monkeypa
     from skillduet_plugin import study
     monkeypatch.setattr(sys, "version_info", version)
     assert study._pool_kwargs() == expected
+
+
+def test_a_setting_added_after_a_study_began_resumes_at_its_default(tmp_path):
+    """A study.json written before a setting existed (here: micro_batch, and a skillduet.* key) still resumes when
+    the setting is at its default, and names it (dotted) when it is not."""
+    import json
+
+    from skillduet_plugin.study import STUDY_FILE, StudySpec, open_study
+
+    spec = StudySpec(overrides=["steps=4"], arms=["grpo"], seeds=[0])
+    open_study(tmp_path, spec, spec.base_config())
+    file = tmp_path / STUDY_FILE
+    stored = json.loads(file.read_text())
+    del stored["base"]["micro_batch"], stored["base"]["skillduet"]["opd_topk"]
+    file.write_text(json.dumps(stored))
+    open_study(tmp_path, spec, spec.base_config())  # both at their defaults: resumes
+    assert "micro_batch" in json.loads(file.read_text())["base"]  # and the file now names them
+    file.write_text(json.dumps(stored))
+    changed = StudySpec(overrides=["steps=4", "micro_batch=8", "skillduet.opd_topk=4"], arms=["grpo"], seeds=[0])
+    with pytest.raises(ConfigError, match=r"\(micro_batch, skillduet.opd_topk differ\)"):
+        open_study(tmp_path, changed, changed.base_config())

@@ -143,3 +143,26 @@ def test_task_dataset_and_env_reward():
     assert reward([], [], env_reward=[1.0, 0.0], invalid_actions=[0, 3]) == pytest.approx([10.0, -0.3])
     with pytest.raises(KeyError, match="env_reward"):
         reward([], [])
+
+
+def test_micro_batches_accumulate_to_the_whole_batch_update(make_trainer, tmp_path):
+    """One generation batch of 4 rollouts trained whole and in two accumulated slices of 2 (what the runner's
+    micro_batch sets): the same rollouts and, with plain SGD (update = -lr x gradient), the same update, GRPO
+    and OPD together. Negative control: the two slices as two optimizer steps move the weights otherwise."""
+    common = dict(max_steps=1, max_completion_length=64, max_turns=2, optim="sgd", learning_rate=1.0,
+                  skillduet={"opd_coef": 1.0, "use_global": False})
+    start = make_trainer(out_dir=tmp_path / "start", **common).model
+    runs = {}
+    for name, extra in {"whole": {}, "sliced": dict(per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                                                    steps_per_generation=2),
+                        "two_steps": dict(per_device_train_batch_size=2, steps_per_generation=2, max_steps=2)}.items():
+        trainer = make_trainer(out_dir=tmp_path / name, **{**common, **extra})
+        trainer.train()
+        runs[name] = trainer
+    assert runs["whole"].rollout_history[0]["task_ids"] == runs["sliced"].rollout_history[0]["task_ids"]
+    updates = {name: [b - a for a, b in zip(start.parameters(), t.model.parameters())] for name, t in runs.items()}
+    scale = max(u.abs().max().item() for u in updates["whole"])
+    assert scale > 1e-4
+    for a, b in zip(updates["whole"], updates["sliced"]):
+        torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-3)
+    assert max((a - b).abs().max().item() for a, b in zip(updates["whole"], updates["two_steps"])) > 1e-2 * scale

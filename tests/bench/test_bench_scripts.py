@@ -144,6 +144,20 @@ def test_memory_smoke_reports_a_peak_per_method():
         assert m["peak_mb"] >= m["rss_before_mb"] > 50
 
 
+def test_update_memory_smoke_trains_the_same_steps_whole_and_sliced():
+    pytest.importorskip("trl")
+    last, data = _run("update_memory", "examples/cpu_demo.yaml", "--set", "warm_start.enabled=false", "--set",
+                      "tasks_per_step=2", "--set", "num_generations=4", "--set", "max_total_tokens=512",
+                      "--steps", "2", "--micro-batch", "4", "--threads", "1")
+    assert _headline(last, "update_memory_ratio") > 0
+    assert all(p > 50 for p in data["median_peak_mb"].values())
+    whole, sliced = data["steps_first_repeat"]["whole"], data["steps_first_repeat"]["sliced"]
+    assert [s["step"] for s in whole] == [s["step"] for s in sliced] == [1, 2]
+    for a, b in zip(whole, sliced):  # one optimizer step either way: the same step 2 (its rollouts, its loss)
+        for key in ("loss", "reward", "opd/loss"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+
 def test_rank_agreement_statistics_by_hand():
     from bench import rank_agreement as ra
 

@@ -166,3 +166,23 @@ def test_micro_batches_accumulate_to_the_whole_batch_update(make_trainer, tmp_pa
     for a, b in zip(updates["whole"], updates["sliced"]):
         torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-3)
     assert max((a - b).abs().max().item() for a, b in zip(updates["whole"], updates["two_steps"])) > 1e-2 * scale
+
+
+def test_micro_batches_give_the_same_strength_scores(make_trainer, tmp_path):
+    """Strength read from the teacher pass (heldout=teacher) captures its rows in the loss forwards: with the
+    batch in two accumulated slices every row is still captured before the step's scores are finished."""
+    common = dict(max_steps=1, max_completion_length=64, max_turns=2, skillduet={"consolidation_interval": 1})
+    scores = {}
+    for name, extra in {"whole": {}, "sliced": dict(per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                                                    steps_per_generation=2)}.items():
+        trainer = make_trainer(out_dir=tmp_path / name, **{**common, **extra})
+        assert trainer.skillduet.scores_from_teacher_pass
+        trainer.train()
+        scores[name] = {c.skill_id: c.scores.get("strength") for c in trainer.lifecycle.bank.candidates()}
+    assert any(v is not None for v in scores["whole"].values())  # scored within the step's scoring budget
+    assert scores["whole"].keys() == scores["sliced"].keys()
+    for key, value in scores["whole"].items():
+        if value is None:
+            assert scores["sliced"][key] is None, key
+        else:
+            assert scores["sliced"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key

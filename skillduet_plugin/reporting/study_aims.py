@@ -25,6 +25,8 @@ AIMS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "train"),
     ("SkillDuet (Strength) as deployed - Local-only OPD", "strength", SAMPLED_LEARNED, "local_only", SAMPLED,
      "train"),
+    ("SkillDuet (Random) - Local-only OPD, both without a Global", "random", SAMPLED, "local_only", SAMPLED,
+     "train"),
     ("Learned Global - none, SkillDuet (Strength)", "strength", "learned", "strength", "none", "panel"),
     ("Learned Global - none, SkillDuet (Strength)", "strength", SAMPLED_LEARNED, "strength", SAMPLED, "panel"),
     ("Learned Global - none, SkillDuet (Random)", "random", "learned", "random", "none", "panel"),

@@ -105,16 +105,16 @@ def expected_stats(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mas
         top = t.argmax(dim=-1, keepdim=True)
         m = mask.float()
         n = m.sum().clamp_min(1.0)
-        rows = {
-            "opd/gate_mean": (p * gate).sum(-1),
-            "opd/gate_active_ratio": (p * (gate > 0.5)).sum(-1),
-            "opd/teacher_minus_student": (p * gap).sum(-1),
-            "opd/deciding_share": (s.argmax(dim=-1, keepdim=True) != top).float().squeeze(-1),
-            "opd/student_prob_teacher_top": s.gather(-1, top).exp().squeeze(-1),
-            "opd/teacher_prob_teacher_top": t.gather(-1, top).exp().squeeze(-1),
-        }
-        values = torch.stack([(x * m).sum() / n for x in rows.values()]).tolist()
-    return dict(zip(rows, values))
+        rows = (  # in the order of EXPECTED_STATS
+            (p * gate).sum(-1),
+            (p * (gate > 0.5)).sum(-1),
+            (p * gap).sum(-1),
+            (s.argmax(dim=-1, keepdim=True) != top).float().squeeze(-1),
+            s.gather(-1, top).exp().squeeze(-1),
+            t.gather(-1, top).exp().squeeze(-1),
+        )
+        values = torch.stack([(x * m).sum() / n for x in rows]).tolist()
+    return dict(zip(EXPECTED_STATS, values))
 
 
 def opd_numerator(per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
@@ -179,10 +179,4 @@ def opd_loss(student_logps: torch.Tensor, teacher_logps: torch.Tensor, mask: tor
             ((gate > 0.5).float() * m).sum() / n,
             (gap * m).sum() / n,
         ]).tolist()
-    metrics = {
-        "opd/loss": stats[0],
-        "opd/gate_mean": stats[1],
-        "opd/gate_active_ratio": stats[2],
-        "opd/teacher_minus_student": stats[3],
-    }
-    return loss, metrics
+    return loss, {"opd/loss": stats[0], **dict(zip(GATE_STATS, stats[1:]))}

@@ -25,9 +25,6 @@ class TokenMeans:
         self._index = {k: i for i, k in enumerate(self.keys)}
         self._sums = {mode: torch.zeros(len(self.keys), 2, dtype=torch.float64) for mode in ("train", "eval")}
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._index
-
     def add(self, mode: str, stats: dict[str, float], tokens: float) -> None:
         """Add one micro-batch's token means ``stats`` over its ``tokens`` supervised tokens (keys outside the set
         are an error: they would be lost silently)."""

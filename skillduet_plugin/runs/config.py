@@ -156,9 +156,9 @@ class RunConfig:
     teacher_check_samples: int = setting(2, "each RL step, play every batch task that got a Local skill this many "
                                             "times with it and without it (seeded apart, never trained on); logged "
                                             "as teacher_check/* (0: off)", kind="int", lo=0)
-    opd_update_share: bool = setting(True, "each RL step, measure how much of the update OPD makes (the gradient "
-                                     "norms of the policy loss and the OPD term; two extra backward passes, "
-                                     "training unchanged), logged as opd/update_share and plotted", kind="bool")
+    opd_update_share: bool = setting(True, "each RL step, measure how much of the update OPD makes (gradient norms "
+                                     "of the policy loss and the OPD term over the step's micro-batches; two more "
+                                     "backward passes), logged as opd/update_share", kind="bool")
     save_steps: int = setting(5, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
                                      optional=True)

@@ -186,3 +186,59 @@ def test_micro_batches_give_the_same_strength_scores(make_trainer, tmp_path):
             assert scores["sliced"][key] is None, key
         else:
             assert scores["sliced"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_update_share_of_accumulated_micro_batches_is_the_whole_batch_share(make_trainer, tmp_path):
+    """opd/update_share (and the two norms) is logged once per optimizer step from the gradients summed over its
+    micro-batches: trained in two accumulated slices it equals the whole batch's (whose update it is), not the
+    mean of the slices' own shares."""
+    common = dict(max_steps=1, max_completion_length=64, max_turns=2, logging_steps=1, opd_update_share=True,
+                  skillduet={"opd_coef": 1.0, "use_global": False})
+    logged = {}
+
+    def spread(prompts, completions, **_):  # rewards that differ within the group, so GRPO's term is not zero
+        return [float(i % 2) for i in range(len(completions))]
+
+    for name, extra in {"whole": {}, "sliced": dict(per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                                                    steps_per_generation=2)}.items():
+        trainer = make_trainer(out_dir=tmp_path / name, trainer_kwargs={"reward_funcs": [spread]},
+                               **{**common, **extra})
+        trainer.train()
+        logs = [h for h in trainer.state.log_history if "opd/update_share" in h]
+        assert len(logs) == 1, logs
+        logged[name] = logs[0]
+    for key in ("opd/update_share", "opd/update_norm_policy", "opd/update_norm_opd"):
+        assert logged["sliced"][key] == pytest.approx(logged["whole"][key], rel=1e-3), key
+    assert 0.01 < logged["whole"]["opd/update_share"] < 0.99, logged["whole"]
+
+
+def test_grad_share_sums_micro_batch_gradients_before_the_norm():
+    """GradShare against autograd on the whole batch; negative control: the mean of per-slice shares, which is
+    what appending one value per micro-batch logged before, is another number on the same slices."""
+    from skillduet_plugin.integrations.trl.dense_opd import GradShare
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    w_policy, w_opd = torch.tensor([1.0, -2.0]), torch.tensor([[1.0, 0.5], [-3.0, 1.0], [2.0, -1.0], [-1.0, 2.0]])
+
+    def terms(rows):
+        out = net(x[rows])
+        return (out * w_policy).sum(), (out * w_opd[rows]).sum()
+
+    policy, opd = terms(slice(0, 4))
+    g_policy = torch.autograd.grad(policy, list(net.parameters()), retain_graph=True)
+    g_opd = torch.autograd.grad(opd, list(net.parameters()))
+    norm = lambda gs: float(torch.sqrt(sum((g ** 2).sum() for g in gs)))  # noqa: E731
+    expected = norm(g_opd) / (norm(g_policy) + norm(g_opd))
+
+    acc = GradShare()
+    assert acc.add(net, *terms(slice(0, 2)), last=False) == {}
+    got = acc.add(net, *terms(slice(2, 4)), last=True)
+    assert got["opd/update_share"] == pytest.approx(expected, rel=1e-6)
+    assert got["opd/update_norm_policy"] == pytest.approx(norm(g_policy), rel=1e-6)
+    assert got["opd/update_norm_opd"] == pytest.approx(norm(g_opd), rel=1e-6)
+    per_slice = [GradShare().add(net, *terms(rows), last=True)["opd/update_share"]
+                 for rows in (slice(0, 2), slice(2, 4))]
+    assert abs(sum(per_slice) / 2 - expected) > 1e-2
+    assert acc.add(net, *terms(slice(0, 4)), last=True)["opd/update_share"] == pytest.approx(expected, rel=1e-6)

@@ -75,8 +75,8 @@ class SkillDuetGRPOConfig(GRPOConfig):
         "trained on, seeded apart); logged as teacher_check/* (0: off)")})
 
     opd_update_share: bool = field(default=False, metadata={"help": (
-        "each step, log how much of the update OPD makes (gradient norms of the policy and OPD terms: "
-        "opd/update_*); two extra backward passes, the step unchanged")})
+        "each optimizer step, log how much of the update OPD makes (norms of the policy and OPD terms' gradients "
+        "summed over its micro-batches: opd/update_*); two extra backward passes, the step unchanged")})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -37,7 +37,7 @@ from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import ResumableRepeatSampler, make_env_reward, task_dataset
-from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, dense_key, grad_share
+from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, GradShare, dense_key
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps
@@ -87,6 +87,7 @@ class SkillDuetMixin(SkillBankSteps):
         self._captured_logps: torch.Tensor | None = None
         self._deferred = DeferredScores()  # heldout="teacher": scores finished from the loss forwards
         self._dense = DenseOPD(self)  # opd_estimator choices / topk, and the choose-mode mechanism metrics
+        self._grad_share = GradShare()  # opd/update_share over each optimizer step's micro-batches
         # the gate statistics, as token means over each logging interval (not means of micro-batch means)
         self._token_means = TokenMeans(("opd/loss", *GATE_STATS, *(dense_key(k) for k in EXPECTED_STATS)))
         if reward_funcs is None:
@@ -384,7 +385,10 @@ class SkillDuetMixin(SkillBankSteps):
         opd = cfg.opd_coef * self._dense.term(model, student, teacher, inputs, mode).to(loss.dtype)
         policy = cfg.policy_loss_coef * loss
         if self.args.opd_update_share and mode == "train" and torch.is_grad_enabled():
-            for key, value in grad_share(self.accelerator.unwrap_model(model), policy, opd).items():
+            # one value per optimizer step, from the gradients summed over its micro-batches
+            share = self._grad_share.add(self.accelerator.unwrap_model(model), policy, opd,
+                                         last=self.accelerator.sync_gradients)
+            for key, value in share.items():
                 self._metrics[mode][key].append(value)
         return policy + opd
 

@@ -65,7 +65,10 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     console = _console()
     if console is not None:
 
-        table = Table(title=title)
+        # the title on its own line: a rich table title wraps to the table's width (a 2-column table folded a
+        # one-line title into five)
+        console.print(title, highlight=False, soft_wrap=True)
+        table = Table()
         for c in columns:
             table.add_column(c, overflow="fold")
         for r in rows:

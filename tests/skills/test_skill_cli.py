@@ -72,3 +72,18 @@ def test_score_command_on_stored_trajectories(run_dir, tiny_model_dir, tiny_toke
     strength, utility, contrast, n = line.split()[:4]
     assert float(strength) > 0 and int(n) == 3
     assert main(["score", str(run_dir), "--model", str(tiny_model_dir), "--scope", "heat", "--skill", "x y z"]) == 2
+
+
+def test_show_prints_a_long_table_title_on_one_line(run_dir, capsys):
+    """A rich table title wraps to the table's width: the two-column analyzer-replies table folded its one-line
+    title into five lines in a run's skills_show.txt. The title is printed on a line of its own."""
+    from skillduet_plugin.commands.skills import REPLIES_META_KEY
+
+    bank = SkillBank(run_dir / BANK_FILENAME)
+    bank.set_meta(REPLIES_META_KEY, json.dumps({"answered": 507, "accepted": 507, "all_rejected_steps": 0}))
+    bank.close()
+    assert main(["skills", "show", str(run_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    title = [ln for ln in lines if "Analyzer replies" in ln]
+    assert title == ["Analyzer replies (507 answered; steps with every reply rejected, so no Local skill and no OPD "
+                     "term: 0)"], lines[:8]

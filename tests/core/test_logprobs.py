@@ -109,6 +109,28 @@ def test_models_that_transform_their_logits_are_scored_through_their_own_forward
     assert lp._split_model(tiny_model) is None  # the head alone would miss the model's own scaling or cap
 
 
+def test_head_fp32_under_bfloat16_autocast_runs_the_projection_in_float32(tiny_model, mixed_batch):
+    """Under bf16 autocast the flag must make the LM head a float32 projection of the (bf16-computed) hidden states:
+    checked against that computation done by hand, one sequence at a time; without the flag the head runs in bf16
+    and misses it by far more (the negative control: the flag is not a no-op)."""
+    contexts, responses = mixed_batch
+    checked = 0
+    with torch.no_grad():
+        for ctx, resp in zip(contexts, responses):
+            if not resp:
+                continue
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                hidden = tiny_model.model(input_ids=torch.tensor([ctx + resp])).last_hidden_state
+                flagged = response_logprobs(tiny_model, [ctx], [resp], head_fp32=True)[0]
+                plain = response_logprobs(tiny_model, [ctx], [resp])[0]
+            logits = hidden[0, len(ctx) - 1:-1].float() @ tiny_model.lm_head.weight.float().T
+            expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(resp)[:, None])[:, 0]
+            torch.testing.assert_close(flagged, expected, rtol=0, atol=1e-5)
+            assert (plain - expected).abs().max() > 1e-4
+            checked += 1
+    assert checked == 5
+
+
 def test_head_in_float32_matches_default_in_float32(tiny_model, mixed_batch):
     contexts, responses = mixed_batch
     with torch.no_grad():

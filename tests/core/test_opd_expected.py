@@ -143,10 +143,22 @@ def test_stats_by_hand():
     assert masked["opd/deciding_share"] == 0.0 and masked["opd/student_prob_teacher_top"] == pytest.approx(0.9)
 
 
-def test_expected_stats_keys_are_the_declared_constant():
-    """EXPECTED_STATS (which the TRL adapter sizes its logged token means by) names expected_stats' keys in order."""
-    from skillduet_plugin.core.opd import EXPECTED_STATS
-
-    s = torch.log_softmax(torch.randn(3, 4), -1)
-    t = torch.log_softmax(torch.randn(3, 4), -1)
-    assert tuple(expected_stats(s, t, torch.ones(3), 5.0)) == EXPECTED_STATS
+def test_expected_stats_logs_the_documented_metric_names_each_with_its_own_value():
+    """The names are an interface (dashboards, the report and the study read them), so they are pinned here as
+    literals, not read back from EXPECTED_STATS; each name carries its own statistic (a swapped order or a value
+    list one short would pass a check of the keys alone)."""
+    s = torch.log(torch.tensor([[0.7, 0.2, 0.1]]))
+    t = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
+    stats = expected_stats(s, t, torch.ones(1), 5.0)
+    assert list(stats) == ["opd/gate_mean", "opd/gate_active_ratio", "opd/teacher_minus_student",
+                           "opd/deciding_share", "opd/student_prob_teacher_top", "opd/teacher_prob_teacher_top"]
+    gate = [1 / (1 + math.exp(-5.0 * (math.log(b) - math.log(a)))) for a, b in ((0.7, 0.1), (0.2, 0.6), (0.1, 0.3))]
+    by_hand = {"opd/gate_mean": 0.7 * gate[0] + 0.2 * gate[1] + 0.1 * gate[2],
+               "opd/gate_active_ratio": 0.2 + 0.1,  # the gate is above 1/2 where the teacher is above the student
+               "opd/teacher_minus_student": sum(a * (math.log(b) - math.log(a))
+                                                for a, b in ((0.7, 0.1), (0.2, 0.6), (0.1, 0.3))),
+               "opd/deciding_share": 1.0, "opd/student_prob_teacher_top": 0.2, "opd/teacher_prob_teacher_top": 0.6}
+    assert stats == pytest.approx(by_hand, rel=1e-5)
+    # negative control: the same values under a swapped pair of names no longer match
+    swapped = dict(by_hand, **{"opd/student_prob_teacher_top": 0.6, "opd/teacher_prob_teacher_top": 0.2})
+    assert stats != pytest.approx(swapped, rel=1e-5)

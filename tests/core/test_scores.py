@@ -67,8 +67,16 @@ def test_select_top_random_is_seeded_and_ignores_scores():
     a = select_top(ids, scores, 0.5, rng=random.Random(7), shuffle=True)
     b = select_top(list(reversed(ids)), list(reversed(scores)), 0.5, rng=random.Random(7), shuffle=True)
     assert a == b
+    # the selection is the seeded shuffle of the ids in sorted order, computed here on its own; it is neither the
+    # score ranking nor the input order, and another seed draws another half
+    reference = sorted(ids)
+    random.Random(7).shuffle(reference)
+    assert a == (reference[:5], reference[5:])
+    assert a[0] == ["s8", "s3", "s1", "s4", "s7"]
     strength_kept, _ = select_top(ids, scores, 0.5)
     assert strength_kept == ["s9", "s8", "s7", "s6", "s5"]
+    assert set(a[0]) != set(strength_kept) and a[0] != ids[:5]
+    assert select_top(ids, scores, 0.5, rng=random.Random(8), shuffle=True)[0] != a[0]
     with pytest.raises(ValueError, match="rng"):
         select_top(ids, scores, 0.5, shuffle=True)
 

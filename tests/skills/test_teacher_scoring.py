@@ -57,9 +57,13 @@ def test_free_rows_give_hand_computed_scores_without_a_forward():
     assert sc.utility == pytest.approx((1.0 * 0.4 + (-1.0) * (-0.2)) / 2)  # mean A * Delta
     assert sc.contrast == pytest.approx(0.4 - (-0.2))                      # mean success - mean failure
     assert plan.free == {shared.skill_id: ["h1", "h2"]} and plan.paid_tokens == 0
-    # negative control: with the sources counted as held-out, Strength would be far larger
-    wrong = (0.4 + 0.2 + 5.0 + 5.0) / 4
-    assert abs(sc.strength - wrong) > 1.0
+    # negative control through the same code: a skill that names no sources scores every row as held-out, the
+    # two huge source shifts included, and its Strength is the far larger mean that counting them would give
+    unsourced = Skill(text=shared.text, scope="clean", kind="shared", source_traj_ids=(), step=1)
+    wrong, _ = score_teacher_pass([unsourced], trajs, {t.traj_id: unsourced.skill_id for t in trajs}, teacher,
+                                  _no_forward, _ctx, budget_tokens=1000, max_heldout=8, dedupe_threshold=DEDUPE)
+    assert wrong[unsourced.skill_id].strength == pytest.approx((0.4 + 0.2 + 5.0 + 5.0) / 4)
+    assert abs(sc.strength - wrong[unsourced.skill_id].strength) > 1.0
 
 
 def test_missing_teacher_rows_are_computed_in_one_call_and_agree():

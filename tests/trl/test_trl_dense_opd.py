@@ -43,7 +43,7 @@ def _reference_choices(trainer, beta):
     """Sum over decision turns of sum_a sg[p_s(a)] g_a (sg[t_a] - s_a), divided by the number of decision turns,
     with each candidate scored by its own plain forward."""
     model, rollout, tau = trainer.model, trainer.last_rollout, trainer.args.temperature
-    terms = []
+    terms, deciding, student_top = [], [], []
     for ep, skill in zip(rollout["episodes"], rollout["local_skills"]):
         if skill is None:
             continue
@@ -58,7 +58,12 @@ def _reference_choices(trainer, beta):
             s, t = (s / tau).log_softmax(-1), (t / tau).log_softmax(-1)
             g = torch.sigmoid(beta * (t - s.detach()))
             terms.append((s.detach().exp() * g * (t - s)).sum())
-    return torch.stack(terms).sum() / len(terms), len(terms)
+            top = int(t.argmax())
+            deciding.append(float(int(s.argmax()) != top))
+            student_top.append(float(s[top].detach().exp()))
+    stats = {"deciding_share": sum(deciding) / len(deciding),
+             "student_prob_teacher_top": sum(student_top) / len(student_top)}
+    return torch.stack(terms).sum() / len(terms), len(terms), stats
 
 
 def _check_gradient(trainer, inputs, reference, lam):
@@ -79,12 +84,17 @@ def test_choices_gradient_is_grpo_plus_lambda_times_independent_expectation(make
     trainer = make_trainer(action_selection="choose", max_new_tokens_per_turn=32,
                            skillduet={"opd_coef": lam, "use_global": False, "opd_estimator": "choices"})
     inputs = _batch(trainer)
-    reference, n_turns = _reference_choices(trainer, trainer.skillduet.gate_beta)
+    reference, n_turns, stats = _reference_choices(trainer, trainer.skillduet.gate_beta)
     assert n_turns >= 2 and inputs["opd_dense_items"].item() == n_turns
     g_full, g_grpo = _check_gradient(trainer, inputs, reference, lam)
-    assert 0 <= trainer._metrics["train"]["opd/choice/deciding_share"][-1] <= 1  # choose-mode mechanism, at generation
+    # the logged mechanism statistics equal the plain forwards' (the choose-mode one at generation, the dense one in
+    # the loss, both at these weights); the two numbers differ, so a swapped name fails
+    assert abs(stats["deciding_share"] - stats["student_prob_teacher_top"]) > 0.05
+    deciding = trainer._metrics["train"]["opd/choice/deciding_share"][-1]
+    assert deciding == pytest.approx(stats["deciding_share"], abs=1e-6)
     trainer.log({})  # the dense statistics are token (here: turn) means of the logging interval
-    assert 0 <= trainer.state.log_history[-1]["opd/dense/student_prob_teacher_top"] <= 1
+    assert trainer.state.log_history[-1]["opd/dense/student_prob_teacher_top"] == pytest.approx(
+        stats["student_prob_teacher_top"], abs=1e-4)
     # Negative control: the paper's sampled estimator on the same batch moves the weights differently.
     trainer.skillduet.opd_estimator = "sampled"
     g_sampled = _grads(trainer.model, trainer._compute_loss(trainer.model, inputs))

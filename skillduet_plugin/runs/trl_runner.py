@@ -364,7 +364,7 @@ def _warm_start(config: RunConfig, base: Path, say: Callable[[str], None]) -> tu
 
     return warm_start_model(base, make_env=lambda n: make_env(config, config.train_split, n),
                             cache_root=cache_dir(), log=say, workers=cloning_workers(config),
-                            **warm_start_settings(config))
+                            checkpoint_steps=config.warm_start.checkpoint_steps, **warm_start_settings(config))
 
 
 def cloning_workers(config: RunConfig) -> int:

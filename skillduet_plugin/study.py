@@ -35,6 +35,7 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from skillduet_plugin.config import METHOD_PRESETS, ConfigError, SkillDuetConfig
+from skillduet_plugin.core.artefacts import replace_file
 from skillduet_plugin.core.selectors import SELECTORS
 from skillduet_plugin.runs.config import RunConfig, load_run_config
 from skillduet_plugin.runs.evaluate import evaluate_panel
@@ -160,9 +161,7 @@ def plan(spec: StudySpec) -> list[PlannedRun]:
 
 # ---------------------------------------------------------------------- state on disk
 def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write_json(tmp, data)
-    os.replace(tmp, path)
+    replace_file(path, lambda tmp: write_json(tmp, data))
 
 
 _ABSENT = object()

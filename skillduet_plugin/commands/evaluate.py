@@ -12,11 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.core.settings import check
-from skillduet_plugin.runs.config import RunConfig, load_run_config
+from skillduet_plugin.runs.config import RunConfig, load_run_config, saved_run_config
 from skillduet_plugin.runs.evaluate import CONDITIONS, evaluate_panel, format_table
 from skillduet_plugin.runs.rundir import CONFIG_FILE, RunDir, write_json
 
@@ -55,9 +53,7 @@ def _run(args: argparse.Namespace) -> int:
     out_dir: Path | None = Path(args.output_dir) if args.output_dir else None
     if (target / CONFIG_FILE).is_file():
         run = RunDir.open(target)
-        data = yaml.safe_load(run.config.read_text()) or {}
-        data["output_dir"] = None
-        config = RunConfig.from_dict(data)
+        config = saved_run_config(run.config)
         model_dir = run.final_model
         if not (model_dir / "config.json").is_file():
             raise FileNotFoundError(f"{target} has no final_model/: the run did not finish; pass a checkpoint "

@@ -361,6 +361,14 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
     return config
 
 
+def saved_run_config(path: str | os.PathLike) -> RunConfig:
+    """The settings a finished run wrote to its ``config.yaml`` (``path``: that file), as given then: no defaults
+    of today merged in, ``output_dir`` cleared so that reading it back never claims the run's folder."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    data["output_dir"] = None
+    return RunConfig.from_dict(data)
+
+
 def method_rows() -> list[tuple[str, str, str]]:
     """The ``skillduet.method`` row of the settings docs (a key of the run config, not of SkillDuetConfig)."""
     return [("skillduet.method", DEMO_SKILLDUET["method"],

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from skillduet_plugin.config import ConfigError
+from skillduet_plugin.core.artefacts import replace_file
 from skillduet_plugin.core.cpu_kernels import cpu_kernels
 from skillduet_plugin.core.episode import episode_settings
 from skillduet_plugin.envs.registry import env_spec
@@ -173,9 +174,7 @@ def _keep_metrics_until(path: Path, step: int) -> None:
     if not path.is_file():
         return
     kept = [r for r in read_metrics(path) if int(r.get("step", 0) or 0) <= step and r.get("event") != "summary"]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    replace_file(path, lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in kept)))
 
 
 def run_training(config: RunConfig, *, log: Callable[[str], None] | None = None,

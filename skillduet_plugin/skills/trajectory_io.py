@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from skillduet_plugin.core.artefacts import replace_file
 from skillduet_plugin.skills.sanitize import clean_strings
 from skillduet_plugin.skills.types import Trajectory
 
@@ -22,15 +23,13 @@ def trajectory_file(run_dir: str | os.PathLike, step: int) -> Path:
 
 
 def save_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> Path:
-    """Write ``trajectories`` to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for t in trajectories:
-            fh.write(json.dumps(t.to_dict(), default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write ``trajectories`` to ``path`` atomically (``core.artefacts.replace_file``)."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for t in trajectories:
+                fh.write(json.dumps(t.to_dict(), default=str) + "\n")
+
+    return replace_file(path, write)
 
 
 def load_trajectories(paths: Sequence[str | os.PathLike]) -> list[Trajectory]:

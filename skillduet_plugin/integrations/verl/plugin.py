@@ -42,6 +42,7 @@ REGISTRATIONS: dict[str, str] = {
 COMPAT_FIXES: dict[str, str] = {
     "verl.models.transformers.monkey_patch": "skillduet_plugin.integrations.verl.plugin:_fix_trl_value_head",
     "verl.utils.config": "skillduet_plugin.integrations.verl.plugin:_wrap_validate_config",
+    "verl.workers.engine.fsdp.transformer_impl": "skillduet_plugin.integrations.verl.shared_prefix:install",
 }
 #: (our module, formatted error) of every registration that failed in this process
 FAILURES: list[tuple[str, str]] = []

@@ -95,6 +95,10 @@ class VerlSettings:
                                             "with it and without it on the rollout servers (never trained on); "
                                             "logged as teacher_check/* (0: off)", kind="int", lo=0)
 
+    shared_prefix_forward: bool = setting(False, "the actor's padded forward (use_remove_padding=false) computes "
+                                                 "each task group's shared prompt once per micro-batch (attention "
+                                                 "skillduet_shared_prefix; exact up to summation order)", kind="bool")
+
     def __post_init__(self) -> None:
         validate_fields(self, "skillduet.")
 
@@ -233,8 +237,28 @@ def apply_plugins(config: Any) -> bool:
         agent = config.actor_rollout_ref.rollout.agent
         if agent.default_agent_loop == STOCK_AGENT_LOOP:
             agent.default_agent_loop = AGENT_LOOP_NAME
+        if settings.shared_prefix_forward:
+            _use_shared_prefix_forward(config.actor_rollout_ref.model)
         config.skillduet = OmegaConf.create(settings.to_section())
     return True
+
+
+def _use_shared_prefix_forward(model: Any) -> None:
+    """``skillduet.shared_prefix_forward=true``: the actor (and reference) model's attention becomes
+    ``skillduet_shared_prefix`` (``integrations.verl.shared_prefix``), which only the padded forward uses."""
+    from skillduet_plugin.integrations.verl.shared_prefix import ATTN_IMPLEMENTATION
+
+    if model.get("use_remove_padding", True):
+        raise ConfigError("skillduet.shared_prefix_forward=true needs actor_rollout_ref.model.use_remove_padding="
+                          "false (the padded forward it packs); set that, or drop shared_prefix_forward")
+    if model.get("override_config") is None:
+        model.override_config = {}
+    chosen = model.override_config.get("attn_implementation", None)
+    if chosen not in (None, "sdpa", ATTN_IMPLEMENTATION):
+        raise ConfigError(f"skillduet.shared_prefix_forward=true replaces SDPA attention, but actor_rollout_ref.model."
+                          f"override_config.attn_implementation={chosen!r}: set it to sdpa, or drop "
+                          "shared_prefix_forward")
+    model.override_config.attn_implementation = ATTN_IMPLEMENTATION
 
 
 __all__ = ["ADAPTER_KEYS", "RENAMED", "TEACHER_LOGPROB_SOURCES", "EnvSettings", "VerlSettings", "apply_plugins",

@@ -44,6 +44,7 @@ from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_st
 from skillduet_plugin.integrations.verl.loss import make_loss_fn
 from skillduet_plugin.integrations.verl.server_logprobs import BackgroundLoop, gather_prefills, strength_gap
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
+from skillduet_plugin.integrations.verl.shared_prefix import group_rows
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher_check import TeacherCheck
 from skillduet_plugin.integrations.verl.teacher_pass import TeacherPass
@@ -190,6 +191,16 @@ class SkillDuetTrainer(SkillBankCheckpoints, TeacherPass, TeacherCheck, PPOTrain
         if getattr(self, "_sleep_deferred", False):
             self._sleep_deferred = False
             super().on_sample_end()
+
+    def _balance_batch(self, batch: Any, metrics: dict, *args: Any, **kwargs: Any) -> Any:
+        """verl's balancing over data-parallel ranks; with ``shared_prefix_forward`` each task group's rows are
+        then put side by side within a rank's share (``shared_prefix.group_rows``), so that the actor's
+        micro-batches hold whole groups whose shared prompt the packed forward computes once."""
+        batch = super()._balance_batch(batch, metrics, *args, **kwargs)
+        if self.skillduet.shared_prefix_forward:
+            ranks = max(self.actor_rollout_wg._dispatch_info["actor"]) + 1
+            batch.reorder(group_rows([uid_of(k) for k in batch.keys], ranks))
+        return batch
 
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
         batch = super()._compute_old_log_prob(batch, metrics)

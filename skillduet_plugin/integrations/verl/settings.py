@@ -246,7 +246,7 @@ def apply_plugins(config: Any) -> bool:
 def _use_shared_prefix_forward(model: Any) -> None:
     """``skillduet.shared_prefix_forward=true``: the actor (and reference) model's attention becomes
     ``skillduet_shared_prefix`` (``integrations.verl.shared_prefix``), which only the padded forward uses."""
-    from skillduet_plugin.integrations.verl.shared_prefix import ATTN_IMPLEMENTATION
+    from skillduet_plugin.integrations.verl.shared_prefix import ATTN_IMPLEMENTATION  # lazy: torch
 
     if model.get("use_remove_padding", True):
         raise ConfigError("skillduet.shared_prefix_forward=true needs actor_rollout_ref.model.use_remove_padding="

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from typing import Any, Sequence
 
 import torch
@@ -111,8 +112,6 @@ def group_rows(groups: Sequence[str], ranks: int) -> list[int]:
 
 def install() -> None:
     """Register the attention function and wrap verl's FSDP engine (run when verl imports its engine module)."""
-    import sys
-
     from verl.utils import tensordict_utils as tu  # lazy: verl
 
     register_attention()

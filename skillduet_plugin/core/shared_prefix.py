@@ -20,6 +20,7 @@ Pure torch; the framework glue (a registered attention function, verl's engine) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -162,4 +163,22 @@ def attention(layout: PrefixLayout, query: torch.Tensor, key: torch.Tensor, valu
     return torch.cat(pieces, dim=2)
 
 
-__all__ = ["MIN_PREFIX", "Cluster", "PrefixLayout", "attention", "plan"]
+def group_rows(groups: Sequence[str], ranks: int) -> list[int]:
+    """A batch order that keeps verl's split over ``ranks`` data-parallel ranks (each rank's contiguous share
+    holds the same rows) and puts the rows of one task group (``groups``: each row's group id) side by side
+    within a share, groups in the order they first appear, so that micro-batches hold whole groups: rows
+    arrive in the order their rollouts finish, and a group scattered over micro-batches shares nothing."""
+    if ranks < 1 or len(groups) % ranks:
+        raise ValueError(f"{len(groups)} rows do not split over {ranks} ranks")
+    share = len(groups) // ranks
+    order: list[int] = []
+    for start in range(0, len(groups), share):
+        rows = range(start, start + share)
+        first = {}
+        for r in rows:
+            first.setdefault(groups[r], len(first))
+        order += sorted(rows, key=lambda r: first[groups[r]])
+    return order
+
+
+__all__ = ["MIN_PREFIX", "Cluster", "PrefixLayout", "attention", "group_rows", "plan"]

@@ -1,5 +1,6 @@
 """``core.shared_prefix``: the packing plan of a right-padded batch, and attention over it against an independent
-per-row causal attention (values and autograd gradients), with a broken layout as the negative control."""
+per-row causal attention (values and autograd gradients), with a broken layout as the negative control; the row order that keeps a task group in one
+micro-batch."""
 
 from __future__ import annotations
 
@@ -119,3 +120,13 @@ def test_a_layout_that_lets_a_row_see_another_rows_tokens_is_caught():
     want = _reference(q, k, v, mask, 0.3)
     assert torch.allclose(_packed_attention(good, q, k, v, 0.3), want, atol=1e-12)
     assert (_packed_attention(broken, q, k, v, 0.3)[1] - want[1]).abs().max() > 1e-3
+
+
+def test_group_rows_keeps_each_ranks_rows_and_puts_groups_side_by_side():
+    order = sp.group_rows(list("abcabcdd"), 1)
+    assert order == [0, 3, 1, 4, 2, 5, 6, 7]
+    two = sp.group_rows(list("abbaccdc"), 2)
+    assert sorted(two[:4]) == [0, 1, 2, 3] and sorted(two[4:]) == [4, 5, 6, 7]  # each rank keeps its rows
+    assert [list("abbaccdc")[i] for i in two] == list("aabbcccd")
+    with pytest.raises(ValueError, match="ranks"):
+        sp.group_rows(list("abc"), 2)

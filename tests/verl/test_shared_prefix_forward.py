@@ -115,13 +115,3 @@ def test_fit_with_the_shared_prefix_forward_matches_the_plain_fit(tmp_path: Path
     assert "shared-prefix forward" not in joined_ray_log((tmp_path / "plain.log").read_text(errors="replace"))
     assert_same_step(plain[1], packed[1], step1_keys(plain[1]), 1)
     assert_same_step(plain[2], packed[2], STEP2_KEYS, 2)
-
-
-def test_group_rows_keeps_each_ranks_rows_and_puts_groups_side_by_side():
-    order = sp.group_rows(list("abcabcdd"), 1)
-    assert order == [0, 3, 1, 4, 2, 5, 6, 7]
-    two = sp.group_rows(list("abbaccdc"), 2)
-    assert sorted(two[:4]) == [0, 1, 2, 3] and sorted(two[4:]) == [4, 5, 6, 7]  # each rank keeps its rows
-    assert [list("abbaccdc")[i] for i in two] == list("aabbcccd")
-    with pytest.raises(ValueError, match="ranks"):
-        sp.group_rows(list("abc"), 2)

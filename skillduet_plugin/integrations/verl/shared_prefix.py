@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -92,24 +92,6 @@ def unpack_output(output: Any, output_args: dict) -> Any:
     return output
 
 
-def group_rows(groups: Sequence[str], ranks: int) -> list[int]:
-    """A batch order that keeps verl's split over ``ranks`` data-parallel ranks (each rank's contiguous share
-    holds the same rows) and puts the rows of one task group (``groups``: each row's group id) side by side
-    within a share, groups in the order they first appear, so that micro-batches hold whole groups: rows
-    arrive in the order their rollouts finish, and a group scattered over micro-batches shares nothing."""
-    if ranks < 1 or len(groups) % ranks:
-        raise ValueError(f"{len(groups)} rows do not split over {ranks} ranks")
-    share = len(groups) // ranks
-    order: list[int] = []
-    for start in range(0, len(groups), share):
-        rows = range(start, start + share)
-        first = {}
-        for r in rows:
-            first.setdefault(groups[r], len(first))
-        order += sorted(rows, key=lambda r: first[groups[r]])
-    return order
-
-
 def install() -> None:
     """Register the attention function and wrap verl's FSDP engine (run when verl imports its engine module)."""
     from verl.utils import tensordict_utils as tu  # lazy: verl
@@ -137,5 +119,4 @@ def install() -> None:
     cls.prepare_model_outputs = prepare_model_outputs
 
 
-__all__ = ["ATTN_IMPLEMENTATION", "LAYOUT_KEY", "group_rows", "install", "pack_inputs", "register_attention",
-           "unpack_output"]
+__all__ = ["ATTN_IMPLEMENTATION", "LAYOUT_KEY", "install", "pack_inputs", "register_attention", "unpack_output"]

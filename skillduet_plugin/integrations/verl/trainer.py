@@ -35,6 +35,7 @@ from verl.utils.debug import marked_timer
 
 from skillduet_plugin.config import ConfigError
 from skillduet_plugin.core.conversation import ChatTokenizer
+from skillduet_plugin.core.shared_prefix import group_rows
 from skillduet_plugin.integrations.verl import TRAINER_NAME
 from skillduet_plugin.integrations.verl.batch import (build_trajectories, non_tensor_list, skillduet_record,
                                                       tensor_rows, trajectory_advantages)
@@ -44,7 +45,6 @@ from skillduet_plugin.integrations.verl.groups import (GroupPrefetch, extract_st
 from skillduet_plugin.integrations.verl.loss import make_loss_fn
 from skillduet_plugin.integrations.verl.server_logprobs import BackgroundLoop, gather_prefills, strength_gap
 from skillduet_plugin.integrations.verl.settings import settings_from_trainer_config
-from skillduet_plugin.integrations.verl.shared_prefix import group_rows
 from skillduet_plugin.integrations.verl.skill_server import create_server, global_to_dict
 from skillduet_plugin.integrations.verl.teacher_check import TeacherCheck
 from skillduet_plugin.integrations.verl.teacher_pass import TeacherPass
@@ -194,12 +194,11 @@ class SkillDuetTrainer(SkillBankCheckpoints, TeacherPass, TeacherCheck, PPOTrain
 
     def _balance_batch(self, batch: Any, metrics: dict, *args: Any, **kwargs: Any) -> Any:
         """verl's balancing over data-parallel ranks; with ``shared_prefix_forward`` each task group's rows are
-        then put side by side within a rank's share (``shared_prefix.group_rows``), so that the actor's
+        then put side by side within a rank's share (``core.shared_prefix.group_rows``), so that the actor's
         micro-batches hold whole groups whose shared prompt the packed forward computes once."""
         batch = super()._balance_batch(batch, metrics, *args, **kwargs)
         if self.skillduet.shared_prefix_forward:
-            ranks = max(self.actor_rollout_wg._dispatch_info["actor"]) + 1
-            batch.reorder(group_rows([uid_of(k) for k in batch.keys], ranks))
+            batch.reorder(group_rows([uid_of(k) for k in batch.keys], self._actor_dp_size()))
         return batch
 
     def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:

@@ -1,6 +1,6 @@
 """``core.shared_prefix``: the packing plan of a right-padded batch, and attention over it against an independent
-per-row causal attention (values and autograd gradients), with a broken layout as the negative control; the row order that keeps a task group in one
-micro-batch."""
+per-row causal attention (values and autograd gradients), with a broken layout as the negative control; the row
+order that keeps a task group in one micro-batch."""
 
 from __future__ import annotations
 
